@@ -1,0 +1,93 @@
+#!/usr/bin/python
+"""Ansible module: GPU facts from nvidia-smi (read-only)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvidia_gpu_facts
+short_description: Read the GPUs of a host from nvidia-smi
+description:
+  - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits), C(nvidia-smi topo -m) and C(nvidia-smi -q)
+    and returns the parsed GPU facts as C(gpu_facts). Changes nothing; supports check mode.
+  - A host without nvidia-smi reports C(driver_installed=false) instead of failing, so that a bare host can be
+    prepared; a driver that is installed but not answering reports C(driver_loaded=false) and its message.
+options:
+  nvidia_smi:
+    description: Name or path of nvidia-smi.
+    type: str
+    default: nvidia-smi
+author: a800-vllm project
+"""
+
+EXAMPLES = r"""
+- name: Read GPU facts
+  nvidia_gpu_facts:
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: C(gpu_facts) with count, gpus, models, compute_caps, driver_version, topology, nvswitch, ...
+  returned: always
+  type: dict
+"""
+
+import os  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.nvidia_smi import (  # noqa: E402
+    QUERY_FIELDS,
+    NvidiaSmiError,
+    invalid_field,
+    parse_fabric_states,
+    parse_query_csv,
+    parse_topology,
+    summarize,
+)
+
+NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"}},
+                           supports_check_mode=True)
+    smi = module.get_bin_path(module.params["nvidia_smi"])
+    facts: dict = {"driver_installed": smi is not None, "driver_loaded": False, "count": 0, "gpus": [],
+                   "error": None, "nvidia_smi": smi}
+    if smi is None:
+        facts["error"] = "nvidia-smi not found: the NVIDIA driver is not installed"
+        module.exit_json(changed=False, ansible_facts={"gpu_facts": facts})
+
+    fields = list(QUERY_FIELDS)
+    rc, out, err = module.run_command([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    if rc != 0 and invalid_field(out + err) == "compute_cap":  # drivers before R510
+        fields.remove("compute_cap")
+        rc, out, err = module.run_command([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    if rc != 0:
+        facts["error"] = (out + err).strip() or f"nvidia-smi exited {rc}"
+        module.exit_json(changed=False, ansible_facts={"gpu_facts": facts})
+    try:
+        rows = parse_query_csv(out, fields)
+    except NvidiaSmiError as exc:
+        module.fail_json(msg=f"cannot parse nvidia-smi --query-gpu output: {exc}", stdout=out)
+
+    topology: dict = {}
+    rc, out, err = module.run_command([smi, "topo", "-m"])
+    if rc == 0:
+        try:
+            topology = parse_topology(out)
+        except NvidiaSmiError as exc:
+            topology = {"error": str(exc)}
+    else:
+        topology = {"error": (out + err).strip()}
+    rc, out, _ = module.run_command([smi, "-q"])
+    fabric = parse_fabric_states(out) if rc == 0 else []
+    nvswitches = len(os.listdir(NVSWITCH_DIR)) if os.path.isdir(NVSWITCH_DIR) else 0
+
+    facts.update(summarize(rows, topology, fabric, nvswitches))
+    facts["driver_loaded"] = True
+    module.exit_json(changed=False, ansible_facts={"gpu_facts": facts})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Build the test-bed images (test doubles, never shipped):
+#   a800-testbed/debian12:base     Debian 12 from Debian's packages (debootstrap), or TESTBED_BASE_IMAGE
+#   a800-testbed/sim-host:latest   the simulated A800 host: systemd as PID 1, its own Docker engine
+#   a800-testbed/probe:latest      a busybox image that the sim host's inner Docker runs with --gpus all
+# and the local apt repository of stand-in NVIDIA packages (tests/testbed/standin-nvidia).
+# Each image is built only when missing or when its inputs changed (content hash in a label).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+base=a800-testbed/debian12:base
+sim=a800-testbed/sim-host:latest
+probe=a800-testbed/probe:latest
+work=${TESTBED_WORK:-/var/tmp/a800-testbed}
+mkdir -p "$work"
+
+"$here/ensure-dockerd.sh"
+
+mirror() {  # the Debian mirror this machine's own apt sources use
+  local m
+  m=$(grep -hoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
+      | grep -oE 'https?://[^ ]+' | head -n1 || true)
+  echo "${m:-http://deb.debian.org/debian}"
+}
+
+if ! docker image inspect "$base" >/dev/null 2>&1; then
+  if [ -n "${TESTBED_BASE_IMAGE:-}" ]; then
+    echo "base image: pulling $TESTBED_BASE_IMAGE"
+    docker pull "$TESTBED_BASE_IMAGE" && docker tag "$TESTBED_BASE_IMAGE" "$base"
+  else
+    root="$work/rootfs"
+    rm -rf "$root"
+    echo "base image: debootstrap bookworm from $(mirror) (about a minute)"
+    debootstrap --variant=minbase \
+      --include=python3,systemd,systemd-sysv,sudo,iproute2,procps,ca-certificates \
+      bookworm "$root" "$(mirror)" >"$work/debootstrap.log" 2>&1 \
+      || { tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
+    tar -C "$root" -c . | docker import - "$base" >/dev/null
+    rm -rf "$root"
+  fi
+fi
+
+hash_of() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16; }
+build_if_changed() {  # image, context dir
+  local img=$1 ctx=$2 h cur
+  h=$(hash_of "$ctx")
+  cur=$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$img" 2>/dev/null || true)
+  if [ "$cur" = "$h" ]; then echo "$img: up to date"; return; fi
+  echo "$img: building"
+  DOCKER_BUILDKIT=0 docker build -q --label "testbed.inputs=$h" --build-arg "BASE=$base" \
+    --build-arg "MIRROR=$(mirror)" -t "$img" "$ctx" >/dev/null
+}
+build_if_changed "$sim" "$here/sim-host"
+
+if ! docker image inspect "$probe" >/dev/null 2>&1; then
+  echo "$probe: building from Debian's busybox-static"
+  d=$(mktemp -d)
+  (cd "$d" && apt-get download -q busybox-static >/dev/null && dpkg-deb -x busybox-static_*.deb x)
+  mkdir -p "$d/img/bin"
+  cp "$d/x/bin/busybox" "$d/img/bin/busybox"
+  for c in sh env cat ls echo; do ln -s busybox "$d/img/bin/$c"; done
+  tar -C "$d/img" -c . | docker import -c 'ENV PATH=/bin' -c 'CMD ["/bin/sh"]' - "$probe" >/dev/null
+  rm -rf "$d"
+fi
+
+python3 "$here/standin-nvidia/build_repo.py" --out "$work/apt-repo"
