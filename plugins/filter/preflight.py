@@ -23,10 +23,17 @@ def _version(text: str | None) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text or ""))
 
 
+def _bool(value: Any) -> bool:
+    """A flag that may arrive as a string: extra vars (-e flag=false) are not converted by Jinja."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
+    return bool(value)
+
+
 def gpu_checks(gpu: dict, req: dict) -> list[dict]:
     pin = req.get("driver_pin") or "the pinned version"
     if not gpu.get("driver_installed"):
-        status = PENDING if req.get("allow_missing_driver", True) else FAIL
+        status = PENDING if _bool(req.get("allow_missing_driver", True)) else FAIL
         return [_check("nvidia_driver", status, "gpu_facts.driver_installed", False, True,
                        "nvidia-smi is not installed: GPU checks wait for the driver",
                        f"the host phase installs NVIDIA driver {pin} and runs the GPU checks again "
@@ -77,7 +84,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
     else:
         checks.append(_check("gpu_memory", FAIL, "gpu_facts.memory_mib_min", mem, f">= {want_mem}",
                              f"GPU memory: found {mem} MiB per GPU, expected at least {want_mem} MiB "
-                             f"({req.get('memory_reason', 'weights share + KV cache + CUDA graphs')})",
+                             f"({req.get('memory_reason') or 'weights share + KV cache + CUDA graphs'})",
                              "serve this profile on 80 GB cards (model_profile.hardware.min_gpu_memory_mib)"))
 
     drv, min_drv = gpu.get("driver_version"), str(req["min_driver_version"])

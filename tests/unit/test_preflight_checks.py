@@ -1,0 +1,424 @@
+"""The preflight filters (plugins/filter/preflight.py) on GPU facts parsed from real and synthetic nvidia-smi output."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import read_fixture
+
+import preflight
+from nvidia_smi import QUERY_FIELDS, parse_fabric_states, parse_query_csv, parse_topology, summarize
+from preflight import preflight_checks, preflight_failures, preflight_table
+
+# As roles/preflight/vars/main.yml builds it from the prod profile and BOM: templated values arrive as strings.
+REQUIREMENTS = {
+    "gpu_count": "8",
+    "compute_capability": "8.0",
+    "min_gpu_memory_mib": "81000",
+    "memory_reason": "~57 GB weights + 13.2 GB KV cache + 2.4 GB CUDA graphs per GPU",
+    "min_driver_version": "575.51.03",
+    "ram_headroom_gb": "64",
+    "weights_size_gb": "433",
+    "driver_pin": "580.95.05",
+    "allow_missing_driver": True,
+}
+NEED_RAM_GIB = 462.9  # (433 GB + 64 GB) in GiB, rounded to 0.1
+NEED_DISK_GIB = 403.3  # 433 GB in GiB
+
+# As serving_host_facts returns them: a host that holds the weights already.
+HOST = {
+    "mem_total_gib": 1007.5,
+    "mem_available_gib": 990.2,
+    "page_cache_gib": 2.1,
+    "cpus": 128,
+    "kernel": "6.8.0-49-generic",
+    "weights": {
+        "path": "/data/models/GLM-5.2-NVFP4",
+        "exists": True,
+        "measured_at": "/data/models/GLM-5.2-NVFP4",
+        "mount_point": "/data",
+        "fs_type": "xfs",
+        "device": "/dev/nvme1n1",
+        "free_gib": 3100.4,
+        "total_gib": 3576.3,
+        "shards": 88,
+        "size_gib": 403.27,
+    },
+    "secure_boot": "disabled",
+}
+
+
+def gpu_facts(query: str, topo: str | None = "synthetic/a800-x8-topo.txt", q: str | None = "synthetic/a800-x8-q.txt",
+              fields: tuple[str, ...] = QUERY_FIELDS, **row_changes) -> dict:
+    """gpu_facts as nvidia_gpu_facts sets them, from fixture files; row_changes override fields of every GPU."""
+    rows = parse_query_csv(read_fixture(query), fields)
+    for row in rows:
+        row.update(row_changes)
+    facts = {"driver_installed": True, "driver_loaded": False, "count": 0, "gpus": [], "error": None,
+             "nvidia_smi": "/usr/bin/nvidia-smi"}
+    facts.update(summarize(rows, parse_topology(read_fixture(topo)) if topo else {},
+                           parse_fabric_states(read_fixture(q)) if q else []))
+    facts["driver_loaded"] = True
+    return facts
+
+
+def a800() -> dict:
+    return gpu_facts("synthetic/a800-x8-query.csv")
+
+
+def no_driver() -> dict:
+    return {"driver_installed": False, "driver_loaded": False, "count": 0, "gpus": [],
+            "error": "nvidia-smi not found: the NVIDIA driver is not installed", "nvidia_smi": None}
+
+
+def host(**changes) -> dict:
+    result = copy.deepcopy(HOST)
+    weights = changes.pop("weights", {})
+    result["weights"].update(weights)
+    result.update(changes)
+    return result
+
+
+def req(**changes) -> dict:
+    return dict(REQUIREMENTS, **changes)
+
+
+def by_name(checks: list[dict]) -> dict[str, dict]:
+    names = [c["name"] for c in checks]
+    assert len(names) == len(set(names)), f"a check is reported twice: {names}"
+    return {c["name"]: c for c in checks}
+
+
+def failed(checks: list[dict]) -> list[str]:
+    return [c["name"] for c in checks if c["status"] == "fail"]
+
+
+# --- whole hosts -----------------------------------------------------------------------------------------
+
+
+def test_good_a800_host_passes_every_fail_level_check():
+    checks = preflight_checks(a800(), HOST, REQUIREMENTS)
+    assert failed(checks) == []
+    assert preflight_failures(checks) == []
+    status = {c["name"]: c["status"] for c in checks}
+    for name in ("gpu_count", "gpu_uniform", "compute_capability", "gpu_memory", "driver_version",
+                 "persistence_mode", "nvswitch", "ram", "weights_storage", "secure_boot"):
+        assert status[name] == "pass", name
+    assert status["topology"] == "warn"  # dual-socket PCIe: SYS links
+    assert "driver_pin" not in status  # the driver is the pinned one
+    assert "pcie_link" not in status
+
+
+def test_every_check_record_has_the_documented_keys():
+    for check in preflight_checks(a800(), HOST, REQUIREMENTS):
+        assert set(check) == {"name", "status", "fact", "measured", "expected", "detail", "fix"}
+        assert check["status"] in ("pass", "warn", "fail", "pending")
+        assert check["fact"].startswith(("gpu_facts.", "host_facts."))
+        if check["status"] == "pass":
+            assert check["fix"] == ""
+        else:
+            assert check["fix"]
+
+
+def test_native_typed_requirements_give_the_same_result():
+    native = req(gpu_count=8, min_gpu_memory_mib=81000, ram_headroom_gb=64, weights_size_gb=433)
+    assert preflight_checks(a800(), HOST, native) == preflight_checks(a800(), HOST, REQUIREMENTS)
+
+
+def test_four_gpu_host_fails_gpu_count_only():
+    facts = gpu_facts("synthetic/a800-x8-query.csv", topo="synthetic/topo-4gpu-nic-sys.txt")
+    four = summarize(facts["gpus"][:4], facts["topology"], [])
+    facts.update(four)
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    assert failed(checks) == ["gpu_count"]
+    check = by_name(checks)["gpu_count"]
+    assert (check["measured"], check["expected"]) == (4, 8)
+    assert by_name(checks)["topology"]["status"] == "pass"  # NODE at worst
+
+
+def test_more_gpus_than_needed_is_a_warning():
+    checks = preflight_checks(a800(), HOST, req(gpu_count="4"))
+    assert failed(checks) == []
+    assert by_name(checks)["gpu_count"]["status"] == "warn"
+
+
+def test_h100_host_fails_compute_capability_only():
+    # 8x H100 80GB (HBM3): the real H200 capture with the H100's name and memory, on 8 GPUs.
+    rows = parse_query_csv(read_fixture("h200-x2/query.csv"), QUERY_FIELDS)
+    rows = [dict(rows[i % 2], index=i, name="NVIDIA H100 80GB HBM3", **{"memory.total": 81559}) for i in range(8)]
+    facts = dict(no_driver(), driver_installed=True, driver_loaded=True, error=None)
+    facts.update(summarize(rows, parse_topology(read_fixture("h200-x2/topo.txt")),
+                           parse_fabric_states(read_fixture("h200-x2/q.txt"))))
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    assert failed(checks) == ["compute_capability"]
+    check = by_name(checks)["compute_capability"]
+    assert check["measured"] == ["9.0"]
+    assert check["expected"] == "8.0"
+    assert "sm80" in check["fix"]
+    assert by_name(checks)["driver_pin"]["status"] == "warn"  # 580.159.04 is not the pin
+
+
+def test_real_h200_host_reports_count_and_compute_capability():
+    facts = gpu_facts("h200-x2/query.csv", topo="h200-x2/topo.txt", q="h200-x2/q.txt")
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    assert failed(checks) == ["gpu_count", "compute_capability"]
+    assert by_name(checks)["gpu_memory"]["status"] == "pass"  # 143771 MiB
+    assert by_name(checks)["driver_version"]["status"] == "pass"  # 580.159.04 >= 575.51.03 (not as strings)
+    assert by_name(checks)["topology"]["status"] == "pass"
+    assert "NVSwitch present" in by_name(checks)["nvswitch"]["detail"]
+
+
+def test_40gb_cards_fail_gpu_memory_only():
+    facts = gpu_facts("synthetic/a800-x8-query.csv", name="NVIDIA A800 40GB Active", **{"memory.total": 40960})
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    assert failed(checks) == ["gpu_memory"]
+    check = by_name(checks)["gpu_memory"]
+    assert check["measured"] == 40960
+    assert check["expected"] == ">= 81000"
+    assert "81000 MiB" in check["detail"]
+    assert "KV cache" in check["detail"]  # the profile's memory_reason
+
+
+def test_memory_reason_empty_from_jinja_default_falls_back():
+    # roles/preflight/vars/main.yml passes memory_reason | default('') : an empty reason is no reason
+    facts = gpu_facts("synthetic/a800-x8-query.csv", **{"memory.total": 40960})
+    check = by_name(preflight_checks(facts, HOST, req(memory_reason="")))["gpu_memory"]
+    assert "()" not in check["detail"]
+    assert "KV cache" in check["detail"]
+
+
+def test_unknown_memory_fails_gpu_memory():
+    facts = gpu_facts("synthetic/a800-x8-query.csv", **{"memory.total": None})
+    assert "gpu_memory" in failed(preflight_checks(facts, HOST, REQUIREMENTS))
+
+
+def test_mixed_gpus_fail_uniformity(synthetic):
+    facts = gpu_facts("synthetic/query-mixed-models.csv")
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    assert failed(checks) == ["gpu_uniform"]
+    assert "NVIDIA A100 80GB PCIe" in by_name(checks)["gpu_uniform"]["detail"]
+
+
+def test_several_problems_are_all_reported():
+    facts = gpu_facts("synthetic/a800-x8-query.csv", **{"memory.total": 40960, "compute_cap": "9.0",
+                                                          "driver_version": "535.183.01"})
+    facts.update(summarize(facts["gpus"][:4], facts["topology"], []))
+    small = host(mem_total_gib=251.5, weights={"exists": False, "shards": 0, "size_gib": 0.0, "free_gib": 120.0})
+    checks = preflight_checks(facts, small, REQUIREMENTS)
+    expected = ["gpu_count", "compute_capability", "gpu_memory", "driver_version", "ram", "weights_storage"]
+    assert failed(checks) == expected
+    lines = preflight_failures(checks)
+    assert len(lines) == len(expected)
+    fact_expected = {
+        "gpu_count": ("gpu_facts.count", "expected 8"),
+        "compute_capability": ("gpu_facts.compute_caps", "expected 8.0"),
+        "gpu_memory": ("gpu_facts.memory_mib_min", "expected >= 81000"),
+        "driver_version": ("gpu_facts.driver_version", "expected >= 575.51.03"),
+        "ram": ("host_facts.mem_total_gib", f"expected >= {NEED_RAM_GIB}"),
+        "weights_storage": ("host_facts.weights.free_gib", f"expected >= {NEED_DISK_GIB}"),
+    }
+    for name, line in zip(expected, lines):
+        fact, want = fact_expected[name]
+        assert line.startswith(f"{name}: ")
+        assert fact in line
+        assert want in line
+        fix = line.split("Fix: ", 1)[1]
+        assert fix.strip() == by_name(checks)[name]["fix"]
+    assert "= 4," in lines[0]  # the measured value
+    assert "= ['9.0']," in lines[1]
+
+
+def test_failures_lists_only_failed_checks():
+    checks = preflight_checks(a800(), HOST, REQUIREMENTS)
+    assert any(c["status"] == "warn" for c in checks)
+    assert preflight_failures(checks) == []
+
+
+# --- driver states ---------------------------------------------------------------------------------------
+
+
+def test_missing_driver_is_pending_when_allowed():
+    checks = preflight_checks(no_driver(), HOST, req(allow_missing_driver=True))
+    gpu = [c for c in checks if c["fact"].startswith("gpu_facts.")]
+    assert [(c["name"], c["status"]) for c in gpu] == [("nvidia_driver", "pending")]
+    assert "580.95.05" in gpu[0]["fix"]  # the pin it will install
+    assert failed(checks) == []
+    # the host checks still run
+    assert {"ram", "weights_storage", "secure_boot"} <= set(by_name(checks))
+
+
+@pytest.mark.parametrize("allow", [False, "false", "False", "no"])
+def test_missing_driver_fails_when_not_allowed(allow):
+    # -e preflight_allow_missing_driver=false arrives as a string
+    checks = preflight_checks(no_driver(), HOST, req(allow_missing_driver=allow))
+    assert failed(checks) == ["nvidia_driver"]
+    assert by_name(checks)["nvidia_driver"]["fact"] == "gpu_facts.driver_installed"
+
+
+@pytest.mark.parametrize("allow", [True, "true", "True", "yes"])
+def test_missing_driver_allowed_spellings(allow):
+    checks = preflight_checks(no_driver(), HOST, req(allow_missing_driver=allow))
+    assert by_name(checks)["nvidia_driver"]["status"] == "pending"
+
+
+def test_missing_driver_allowed_by_default():
+    requirements = {k: v for k, v in REQUIREMENTS.items() if k != "allow_missing_driver"}
+    assert by_name(preflight_checks(no_driver(), HOST, requirements))["nvidia_driver"]["status"] == "pending"
+
+
+def test_driver_installed_not_loaded_fails():
+    message = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+               "Make sure that the latest NVIDIA driver is installed and running.")
+    facts = dict(no_driver(), driver_installed=True, nvidia_smi="/usr/bin/nvidia-smi", error=message)
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    assert failed(checks) == ["nvidia_driver"]
+    check = by_name(checks)["nvidia_driver"]
+    assert check["measured"] == message
+    assert message in check["detail"]
+    (line,) = preflight_failures(checks)
+    assert "gpu_facts.error" in line and "Fix:" in line and "reboot" in line
+
+
+def test_old_driver_below_minimum_fails():
+    facts = gpu_facts("synthetic/a800-x8-query.csv", driver_version="535.183.01")
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    assert failed(checks) == ["driver_version"]
+    check = by_name(checks)["driver_version"]
+    assert (check["measured"], check["expected"]) == ("535.183.01", ">= 575.51.03")
+    assert "580.95.05" in check["fix"]
+    assert by_name(checks)["driver_pin"]["status"] == "warn"
+
+
+def test_pre_r510_driver_fails_version_but_knows_compute_capability():
+    facts = gpu_facts("synthetic/old-driver-query-nounits.csv", fields=tuple(f for f in QUERY_FIELDS
+                                                                            if f != "compute_cap"))
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    assert failed(checks) == ["driver_version"]
+    assert by_name(checks)["compute_capability"]["measured"] == ["8.0"]  # from "NVIDIA A100 80GB PCIe"
+
+
+def test_driver_at_minimum_passes_and_newer_passes():
+    for version in ("575.51.03", "580.159.04", "1000.0.1"):
+        facts = gpu_facts("synthetic/a800-x8-query.csv", driver_version=version)
+        assert by_name(preflight_checks(facts, HOST, REQUIREMENTS))["driver_version"]["status"] == "pass", version
+    facts = gpu_facts("synthetic/a800-x8-query.csv", driver_version="575.51.02")
+    assert by_name(preflight_checks(facts, HOST, REQUIREMENTS))["driver_version"]["status"] == "fail"
+
+
+def test_secure_boot_warns_only_before_the_driver():
+    on = host(secure_boot="enabled")
+    assert by_name(preflight_checks(no_driver(), on, REQUIREMENTS))["secure_boot"]["status"] == "warn"
+    assert by_name(preflight_checks(a800(), on, REQUIREMENTS))["secure_boot"]["status"] == "pass"
+
+
+# --- RAM and weights storage -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ram", "status"), [(462.8, "fail"), (251.5, "fail"), (462.9, "pass"), (503.5, "pass")])
+def test_ram_must_hold_weights_and_headroom(ram, status):
+    check = by_name(preflight_checks(a800(), host(mem_total_gib=ram), REQUIREMENTS))["ram"]
+    assert check["status"] == status
+    assert check["expected"] == f">= {NEED_RAM_GIB}"
+    assert check["measured"] == ram
+
+
+def test_weights_missing_with_room_warns():
+    h = host(weights={"exists": False, "shards": 0, "size_gib": 0.0, "free_gib": 500.0})
+    check = by_name(preflight_checks(a800(), h, REQUIREMENTS))["weights_storage"]
+    assert check["status"] == "warn"
+    assert "/data/models/GLM-5.2-NVFP4" in check["detail"]
+
+
+def test_weights_missing_without_room_fails():
+    h = host(weights={"exists": False, "shards": 0, "size_gib": 0.0, "free_gib": 403.2})
+    checks = preflight_checks(a800(), h, REQUIREMENTS)
+    assert failed(checks) == ["weights_storage"]
+    assert by_name(checks)["weights_storage"]["expected"] == f">= {NEED_DISK_GIB}"
+
+
+def test_empty_weights_directory_is_not_weights():
+    h = host(weights={"exists": True, "shards": 0, "size_gib": 0.0, "free_gib": 3100.4})
+    assert by_name(preflight_checks(a800(), h, REQUIREMENTS))["weights_storage"]["status"] == "warn"
+
+
+def test_weights_present_pass():
+    check = by_name(preflight_checks(a800(), HOST, REQUIREMENTS))["weights_storage"]
+    assert check["status"] == "pass"
+    assert "88 shards" in check["detail"]
+
+
+# --- GPU warnings ----------------------------------------------------------------------------------------
+
+
+def test_sys_topology_warns_and_node_passes():
+    sys_check = by_name(preflight_checks(a800(), HOST, REQUIREMENTS))["topology"]
+    assert (sys_check["status"], sys_check["measured"]) == ("warn", "SYS")
+    assert "NCCL_P2P_DISABLE" in sys_check["fix"]
+    node = gpu_facts("synthetic/a800-x8-query.csv", topo="synthetic/topo-4gpu-nic-sys.txt")
+    node_check = by_name(preflight_checks(node, HOST, REQUIREMENTS))["topology"]
+    assert (node_check["status"], node_check["measured"]) == ("pass", "NODE")
+
+
+def test_unreadable_topology_warns():
+    facts = a800()
+    facts["topology"] = {"error": "no GPU header line in topo -m output"}
+    check = by_name(preflight_checks(facts, HOST, REQUIREMENTS))["topology"]
+    assert check["status"] == "warn"
+    assert check["measured"] == "no GPU header line in topo -m output"
+
+
+def test_degraded_link_and_persistence_warn():
+    facts = gpu_facts("synthetic/query-degraded-link.csv")
+    facts["gpus"][2]["persistence_mode"] = False
+    facts["persistence_mode_all"] = False
+    checks = by_name(preflight_checks(facts, HOST, REQUIREMENTS))
+    assert checks["pcie_link"]["status"] == "warn"
+    assert checks["pcie_link"]["measured"] == [5]
+    assert "GPU 5" in checks["pcie_link"]["detail"]
+    assert checks["persistence_mode"]["status"] == "warn"
+
+
+def test_nvswitch_absent_on_pcie_host():
+    check = by_name(preflight_checks(a800(), HOST, REQUIREMENTS))["nvswitch"]
+    assert check["measured"] is False
+    assert "no Fabric Manager" in check["detail"]
+
+
+# --- the table -------------------------------------------------------------------------------------------
+
+
+def test_table_aligns_columns_and_counts():
+    checks = preflight_checks(a800(), host(mem_total_gib=251.5), REQUIREMENTS)
+    lines = preflight_table(checks)
+    assert len(lines) == len(checks) + 1
+    body = lines[:-1]
+    width = max(len(c["name"]) for c in checks)
+    for line, check in zip(body, checks):
+        assert line.startswith(check["status"].upper())
+        assert line[8:8 + len(check["name"])] == check["name"]  # names start in one column
+        assert line[8 + width + 2:] == check["detail"]  # details start in one column
+    assert len({line.index(c["detail"]) for line, c in zip(body, checks)}) == 1
+    statuses = [c["status"] for c in checks]
+    expected = ", ".join(f"{statuses.count(s)} {s}" for s in ("pass", "warn", "fail", "pending") if s in statuses)
+    assert lines[-1] == expected
+    assert "1 fail" in lines[-1]
+
+
+def test_table_counts_pending():
+    lines = preflight_table(preflight_checks(no_driver(), HOST, REQUIREMENTS))
+    assert lines[0].startswith("PENDING nvidia_driver  ")
+    assert lines[-1] == "3 pass, 1 pending"
+
+
+def test_table_of_no_checks():
+    assert preflight_table([]) == ["no checks"]
+
+
+def test_filter_plugin_exports():
+    filters = preflight.FilterModule().filters()
+    assert filters == {
+        "preflight_checks": preflight_checks,
+        "preflight_failures": preflight_failures,
+        "preflight_table": preflight_table,
+    }
