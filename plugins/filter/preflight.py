@@ -11,12 +11,22 @@ import re
 from typing import Any
 
 GIB_PER_GB = 1e9 / 1024**3
-PASS, WARN, FAIL, PENDING = "pass", "warn", "fail", "pending"
+PASS = "pass"
+WARN = "warn"
+FAIL = "fail"
+PENDING = "pending"
 
 
 def _check(name: str, status: str, fact: str, measured: Any, expected: Any, detail: str, fix: str = "") -> dict:
-    return {"name": name, "status": status, "fact": fact, "measured": measured, "expected": expected,
-            "detail": detail, "fix": fix if status != PASS else ""}
+    return {
+        "name": name,
+        "status": status,
+        "fact": fact,
+        "measured": measured,
+        "expected": expected,
+        "detail": detail,
+        "fix": fix if status != PASS else "",
+    }
 
 
 def _version(text: str | None) -> tuple[int, ...]:
@@ -34,103 +44,238 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
     pin = req.get("driver_pin") or "the pinned version"
     if not gpu.get("driver_installed"):
         status = PENDING if _bool(req.get("allow_missing_driver", True)) else FAIL
-        return [_check("nvidia_driver", status, "gpu_facts.driver_installed", False, True,
-                       "nvidia-smi is not installed: GPU checks wait for the driver",
-                       f"the host phase installs NVIDIA driver {pin} and runs the GPU checks again "
-                       "(ansible-playbook site.yml --tags host)")]
+        return [
+            _check(
+                "nvidia_driver",
+                status,
+                "gpu_facts.driver_installed",
+                False,
+                True,
+                "nvidia-smi is not installed: GPU checks wait for the driver",
+                f"the host phase installs NVIDIA driver {pin} and runs the GPU checks again "
+                "(ansible-playbook site.yml --tags host)",
+            )
+        ]
     if not gpu.get("driver_loaded"):
-        return [_check("nvidia_driver", FAIL, "gpu_facts.error", gpu.get("error"), "nvidia-smi answers",
-                       f"nvidia-smi is installed but fails: {gpu.get('error')}",
-                       "load the kernel module: reboot after a driver install (nvidia_driver_reboot_allowed), "
-                       "check Secure Boot / MOK enrollment and `dmesg | grep -i nvrm`")]
+        return [
+            _check(
+                "nvidia_driver",
+                FAIL,
+                "gpu_facts.error",
+                gpu.get("error"),
+                "nvidia-smi answers",
+                f"nvidia-smi is installed but fails: {gpu.get('error')}",
+                "load the kernel module: reboot after a driver install (nvidia_driver_reboot_allowed), "
+                "check Secure Boot / MOK enrollment and `dmesg | grep -i nvrm`",
+            )
+        ]
     checks = []
     count, want = gpu.get("count", 0), int(req["gpu_count"])
     if count < want:
-        checks.append(_check("gpu_count", FAIL, "gpu_facts.count", count, want,
-                             f"GPU count: found {count}, expected {want} (tensor parallel {want})",
-                             f"serve this profile on a host with {want} GPUs: the weights only fit with "
-                             f"tensor_parallel_size {want} (model_profile.hardware.gpu_count)"))
+        checks.append(
+            _check(
+                "gpu_count",
+                FAIL,
+                "gpu_facts.count",
+                count,
+                want,
+                f"GPU count: found {count}, expected {want} (tensor parallel {want})",
+                f"serve this profile on a host with {want} GPUs: the weights only fit with "
+                f"tensor_parallel_size {want} (model_profile.hardware.gpu_count)",
+            )
+        )
     elif count > want:
-        checks.append(_check("gpu_count", WARN, "gpu_facts.count", count, want,
-                             f"GPU count: found {count}, the model uses {want}",
-                             "set CUDA_VISIBLE_DEVICES in the launch env to choose the GPUs"))
+        checks.append(
+            _check(
+                "gpu_count",
+                WARN,
+                "gpu_facts.count",
+                count,
+                want,
+                f"GPU count: found {count}, the model uses {want}",
+                "set CUDA_VISIBLE_DEVICES in the launch env to choose the GPUs",
+            )
+        )
     else:
         checks.append(_check("gpu_count", PASS, "gpu_facts.count", count, want, f"GPU count: {count}"))
 
     models = gpu.get("models") or []
     if gpu.get("homogeneous", True):
-        checks.append(_check("gpu_uniform", PASS, "gpu_facts.models", models, "one model on all GPUs",
-                             f"one GPU model on all GPUs: {', '.join(models) or '-'}"))
+        checks.append(
+            _check(
+                "gpu_uniform",
+                PASS,
+                "gpu_facts.models",
+                models,
+                "one model on all GPUs",
+                f"one GPU model on all GPUs: {', '.join(models) or '-'}",
+            )
+        )
     else:
-        checks.append(_check("gpu_uniform", FAIL, "gpu_facts.models", models, "one model on all GPUs",
-                             f"mixed GPUs: {', '.join(models)}",
-                             "tensor parallelism needs identical GPUs (model and memory) on every rank"))
+        checks.append(
+            _check(
+                "gpu_uniform",
+                FAIL,
+                "gpu_facts.models",
+                models,
+                "one model on all GPUs",
+                f"mixed GPUs: {', '.join(models)}",
+                "tensor parallelism needs identical GPUs (model and memory) on every rank",
+            )
+        )
 
     caps, want_cc = gpu.get("compute_caps") or [], str(req["compute_capability"])
     if caps == [want_cc]:
-        checks.append(_check("compute_capability", PASS, "gpu_facts.compute_caps", caps, want_cc,
-                             f"compute capability {want_cc}"))
+        checks.append(
+            _check("compute_capability", PASS, "gpu_facts.compute_caps", caps, want_cc, f"compute capability {want_cc}")
+        )
     else:
-        checks.append(_check("compute_capability", FAIL, "gpu_facts.compute_caps", caps, want_cc,
-                             f"compute capability: found {', '.join(caps) or 'unknown'}, expected {want_cc}",
-                             f"this profile's image and attention backend are built for sm{want_cc.replace('.', '')} "
-                             "(model_profile.hardware.compute_capability): use a profile made for these GPUs, "
-                             "or hosts of that compute capability"))
+        checks.append(
+            _check(
+                "compute_capability",
+                FAIL,
+                "gpu_facts.compute_caps",
+                caps,
+                want_cc,
+                f"compute capability: found {', '.join(caps) or 'unknown'}, expected {want_cc}",
+                f"this profile's image and attention backend are built for sm{want_cc.replace('.', '')} "
+                "(model_profile.hardware.compute_capability): use a profile made for these GPUs, "
+                "or hosts of that compute capability",
+            )
+        )
 
     mem, want_mem = gpu.get("memory_mib_min"), int(req["min_gpu_memory_mib"])
     if mem is not None and mem >= want_mem:
-        checks.append(_check("gpu_memory", PASS, "gpu_facts.memory_mib_min", mem, f">= {want_mem}",
-                             f"GPU memory: {mem} MiB per GPU"))
+        checks.append(
+            _check(
+                "gpu_memory", PASS, "gpu_facts.memory_mib_min", mem, f">= {want_mem}", f"GPU memory: {mem} MiB per GPU"
+            )
+        )
     else:
-        checks.append(_check("gpu_memory", FAIL, "gpu_facts.memory_mib_min", mem, f">= {want_mem}",
-                             f"GPU memory: found {mem} MiB per GPU, expected at least {want_mem} MiB "
-                             f"({req.get('memory_reason') or 'weights share + KV cache + CUDA graphs'})",
-                             "serve this profile on 80 GB cards (model_profile.hardware.min_gpu_memory_mib)"))
+        checks.append(
+            _check(
+                "gpu_memory",
+                FAIL,
+                "gpu_facts.memory_mib_min",
+                mem,
+                f">= {want_mem}",
+                f"GPU memory: found {mem} MiB per GPU, expected at least {want_mem} MiB "
+                f"({req.get('memory_reason') or 'weights share + KV cache + CUDA graphs'})",
+                "serve this profile on 80 GB cards (model_profile.hardware.min_gpu_memory_mib)",
+            )
+        )
 
     drv, min_drv = gpu.get("driver_version"), str(req["min_driver_version"])
     if drv and _version(drv) >= _version(min_drv):
-        checks.append(_check("driver_version", PASS, "gpu_facts.driver_version", drv, f">= {min_drv}",
-                             f"driver {drv}"))
+        checks.append(_check("driver_version", PASS, "gpu_facts.driver_version", drv, f">= {min_drv}", f"driver {drv}"))
     else:
-        checks.append(_check("driver_version", FAIL, "gpu_facts.driver_version", drv, f">= {min_drv}",
-                             f"driver: found {drv}, the serving image needs at least {min_drv}",
-                             f"set bom.nvidia_driver.version (now {pin}) to {min_drv} or newer "
-                             "and run the host phase"))
+        checks.append(
+            _check(
+                "driver_version",
+                FAIL,
+                "gpu_facts.driver_version",
+                drv,
+                f">= {min_drv}",
+                f"driver: found {drv}, the serving image needs at least {min_drv}",
+                f"set bom.nvidia_driver.version (now {pin}) to {min_drv} or newer and run the host phase",
+            )
+        )
     if req.get("driver_pin") and drv and drv != req["driver_pin"]:
-        checks.append(_check("driver_pin", WARN, "gpu_facts.driver_version", drv, req["driver_pin"],
-                             f"driver {drv} differs from the pin {req['driver_pin']}",
-                             "the host phase installs the pinned driver (a reboot needs nvidia_driver_reboot_allowed)"))
+        checks.append(
+            _check(
+                "driver_pin",
+                WARN,
+                "gpu_facts.driver_version",
+                drv,
+                req["driver_pin"],
+                f"driver {drv} differs from the pin {req['driver_pin']}",
+                "the host phase installs the pinned driver (a reboot needs nvidia_driver_reboot_allowed)",
+            )
+        )
 
     if gpu.get("persistence_mode_all"):
-        checks.append(_check("persistence_mode", PASS, "gpu_facts.persistence_mode_all", True, True,
-                             "persistence mode on all GPUs"))
+        checks.append(
+            _check(
+                "persistence_mode", PASS, "gpu_facts.persistence_mode_all", True, True, "persistence mode on all GPUs"
+            )
+        )
     else:
-        checks.append(_check("persistence_mode", WARN, "gpu_facts.persistence_mode_all", False, True,
-                             "persistence mode is off on some GPUs (slow first CUDA init, driver unloads)",
-                             "the host phase enables nvidia-persistenced"))
+        checks.append(
+            _check(
+                "persistence_mode",
+                WARN,
+                "gpu_facts.persistence_mode_all",
+                False,
+                True,
+                "persistence mode is off on some GPUs (slow first CUDA init, driver unloads)",
+                "the host phase enables nvidia-persistenced",
+            )
+        )
 
     topo = gpu.get("topology") or {}
     worst = topo.get("worst")
     if worst == "SYS":
-        checks.append(_check("topology", WARN, "gpu_facts.topology.worst", worst, "NV#/PIX/PXB/PHB/NODE",
-                             "GPU pairs talk across CPU sockets (SYS): tensor-parallel all-reduce is slower, and "
-                             "PCIe ACS/IOMMU settings can make NCCL P2P hang",
-                             "run the GPU communication check before loading the weights; if it hangs, "
-                             "disable ACS (BIOS or pci=noacs iommu=pt) or set NCCL_P2P_DISABLE=1"))
+        checks.append(
+            _check(
+                "topology",
+                WARN,
+                "gpu_facts.topology.worst",
+                worst,
+                "NV#/PIX/PXB/PHB/NODE",
+                "GPU pairs talk across CPU sockets (SYS): tensor-parallel all-reduce is slower, and "
+                "PCIe ACS/IOMMU settings can make NCCL P2P hang",
+                "run the GPU communication check before loading the weights; if it hangs, "
+                "disable ACS (BIOS or pci=noacs iommu=pt) or set NCCL_P2P_DISABLE=1",
+            )
+        )
     elif worst:
-        checks.append(_check("topology", PASS, "gpu_facts.topology.worst", worst, "NV#/PIX/PXB/PHB/NODE",
-                             f"GPU interconnect: worst link {worst} ({', '.join(topo.get('classes', []))})"))
+        checks.append(
+            _check(
+                "topology",
+                PASS,
+                "gpu_facts.topology.worst",
+                worst,
+                "NV#/PIX/PXB/PHB/NODE",
+                f"GPU interconnect: worst link {worst} ({', '.join(topo.get('classes', []))})",
+            )
+        )
     else:
-        checks.append(_check("topology", WARN, "gpu_facts.topology", topo.get("error"), "topo -m matrix",
-                             "could not read nvidia-smi topo -m", "run `nvidia-smi topo -m` on the host"))
+        checks.append(
+            _check(
+                "topology",
+                WARN,
+                "gpu_facts.topology",
+                topo.get("error"),
+                "topo -m matrix",
+                "could not read nvidia-smi topo -m",
+                "run `nvidia-smi topo -m` on the host",
+            )
+        )
     degraded = gpu.get("pcie_degraded") or []
     if degraded:
-        checks.append(_check("pcie_link", WARN, "gpu_facts.pcie_degraded", degraded, [],
-                             f"PCIe link narrower than its maximum on GPU {', '.join(map(str, degraded))}",
-                             "reseat the card or check the riser / BIOS slot configuration"))
-    checks.append(_check("nvswitch", PASS, "gpu_facts.nvswitch", bool(gpu.get("nvswitch")), "-",
-                         "NVSwitch present: the host phase installs Fabric Manager" if gpu.get("nvswitch")
-                         else "no NVSwitch (PCIe / NVLink bridges): no Fabric Manager needed"))
+        checks.append(
+            _check(
+                "pcie_link",
+                WARN,
+                "gpu_facts.pcie_degraded",
+                degraded,
+                [],
+                f"PCIe link narrower than its maximum on GPU {', '.join(map(str, degraded))}",
+                "reseat the card or check the riser / BIOS slot configuration",
+            )
+        )
+    checks.append(
+        _check(
+            "nvswitch",
+            PASS,
+            "gpu_facts.nvswitch",
+            bool(gpu.get("nvswitch")),
+            "-",
+            "NVSwitch present: the host phase installs Fabric Manager"
+            if gpu.get("nvswitch")
+            else "no NVSwitch (PCIe / NVLink bridges): no Fabric Manager needed",
+        )
+    )
     return checks
 
 
@@ -141,38 +286,85 @@ def host_checks(host: dict, req: dict) -> list[dict]:
     need_gib = round((weights_gb + headroom_gb) * GIB_PER_GB, 1)
     ram = host.get("mem_total_gib", 0)
     if ram >= need_gib:
-        checks.append(_check("ram", PASS, "host_facts.mem_total_gib", ram, f">= {need_gib}",
-                             f"RAM {ram} GiB holds the {weights_gb:g} GB of weights in the page cache"))
+        checks.append(
+            _check(
+                "ram",
+                PASS,
+                "host_facts.mem_total_gib",
+                ram,
+                f">= {need_gib}",
+                f"RAM {ram} GiB holds the {weights_gb:g} GB of weights in the page cache",
+            )
+        )
     else:
-        checks.append(_check("ram", FAIL, "host_facts.mem_total_gib", ram, f">= {need_gib}",
-                             f"RAM: found {ram} GiB, need at least {need_gib} GiB ({weights_gb:g} GB weights + "
-                             f"{headroom_gb:g} GB headroom) so that the page cache holds the weights",
-                             "use a host with more RAM; without it every restart is a cold load "
-                             "(model_profile.weights.size_gb, model_profile.hardware.ram_headroom_gb)"))
+        checks.append(
+            _check(
+                "ram",
+                FAIL,
+                "host_facts.mem_total_gib",
+                ram,
+                f">= {need_gib}",
+                f"RAM: found {ram} GiB, need at least {need_gib} GiB ({weights_gb:g} GB weights + "
+                f"{headroom_gb:g} GB headroom) so that the page cache holds the weights",
+                "use a host with more RAM; without it every restart is a cold load "
+                "(model_profile.weights.size_gb, model_profile.hardware.ram_headroom_gb)",
+            )
+        )
 
     w = host.get("weights") or {}
     need_gib_disk = round(weights_gb * GIB_PER_GB, 1)
     where = f"{w.get('path')} ({w.get('fs_type')} on {w.get('device')}, {w.get('free_gib')} GiB free)"
     if w.get("exists") and w.get("shards"):
-        checks.append(_check("weights_storage", PASS, "host_facts.weights", f"{w.get('size_gib')} GiB",
-                             f"{need_gib_disk} GiB", f"weights at {where}: {w['shards']} shards, "
-                             f"{w.get('size_gib')} GiB (the weights phase verifies them)"))
+        checks.append(
+            _check(
+                "weights_storage",
+                PASS,
+                "host_facts.weights",
+                f"{w.get('size_gib')} GiB",
+                f"{need_gib_disk} GiB",
+                f"weights at {where}: {w['shards']} shards, {w.get('size_gib')} GiB (the weights phase verifies them)",
+            )
+        )
     elif (w.get("free_gib") or 0) >= need_gib_disk:
-        checks.append(_check("weights_storage", WARN, "host_facts.weights.exists", False, True,
-                             f"no weights yet at {where}",
-                             "copy the weights there before the serve phase (model_profile.weights.host_dir)"))
+        checks.append(
+            _check(
+                "weights_storage",
+                WARN,
+                "host_facts.weights.exists",
+                False,
+                True,
+                f"no weights yet at {where}",
+                "copy the weights there before the serve phase (model_profile.weights.host_dir)",
+            )
+        )
     else:
-        checks.append(_check("weights_storage", FAIL, "host_facts.weights.free_gib", w.get("free_gib"),
-                             f">= {need_gib_disk}", f"no weights at {where}, and no room for "
-                             f"{weights_gb:g} GB", "point model_profile.weights.host_dir at a filesystem with room "
-                             "for the weights, or copy them there first"))
+        checks.append(
+            _check(
+                "weights_storage",
+                FAIL,
+                "host_facts.weights.free_gib",
+                w.get("free_gib"),
+                f">= {need_gib_disk}",
+                f"no weights at {where}, and no room for {weights_gb:g} GB",
+                "point model_profile.weights.host_dir at a filesystem with room "
+                "for the weights, or copy them there first",
+            )
+        )
 
     sb = host.get("secure_boot", "unknown")
     status = WARN if sb == "enabled" and not req.get("driver_installed") else PASS
-    checks.append(_check("secure_boot", status, "host_facts.secure_boot", sb, "-",
-                         f"Secure Boot: {sb}; kernel {host.get('kernel')}",
-                         "Secure Boot needs signed NVIDIA kernel modules: enroll the DKMS MOK key, "
-                         "or use the distribution's signed driver packages"))
+    checks.append(
+        _check(
+            "secure_boot",
+            status,
+            "host_facts.secure_boot",
+            sb,
+            "-",
+            f"Secure Boot: {sb}; kernel {host.get('kernel')}",
+            "Secure Boot needs signed NVIDIA kernel modules: enroll the DKMS MOK key, "
+            "or use the distribution's signed driver packages",
+        )
+    )
     return checks
 
 
@@ -184,8 +376,11 @@ def preflight_checks(gpu: dict, host: dict, requirements: dict) -> list[dict]:
 
 def preflight_failures(checks: list[dict]) -> list[str]:
     """One line per failed check: what was found, what was expected, and the fix."""
-    return [f"{c['name']}: {c['detail']} [{c['fact']} = {c['measured']!r}, expected {c['expected']}]. "
-            f"Fix: {c['fix']}" for c in checks if c["status"] == FAIL]
+    return [
+        f"{c['name']}: {c['detail']} [{c['fact']} = {c['measured']!r}, expected {c['expected']}]. Fix: {c['fix']}"
+        for c in checks
+        if c["status"] == FAIL
+    ]
 
 
 def preflight_table(checks: list[dict]) -> list[str]:

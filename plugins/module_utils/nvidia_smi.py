@@ -123,7 +123,7 @@ def parse_query_csv(text: str, fields: tuple[str, ...] | list[str] | None = None
         if len(cells) != len(columns):
             # A GPU name never contains a comma in practice; a mismatch means a garbled line.
             raise NvidiaSmiError(f"expected {len(columns)} comma-separated values, got {len(cells)}: {line!r}")
-        rows.append({col: _convert(col, cell) for col, cell in zip(columns, cells)})
+        rows.append({col: _convert(col, cell) for col, cell in zip(columns, cells, strict=True)})
     return rows
 
 
@@ -154,14 +154,13 @@ def parse_topology(text: str) -> dict[str, Any]:
     """
     lines = [_ANSI.sub("", line).rstrip("\n") for line in text.splitlines()]
     # The header is the first line naming GPU0 that is not itself a GPU row (it starts with a tab).
-    header_idx = next((i for i, line in enumerate(lines) if re.search(r"\bGPU0\b", line) and line[:1].isspace()),
-                      None)
+    header_idx = next((i for i, line in enumerate(lines) if re.search(r"\bGPU0\b", line) and line[:1].isspace()), None)
     if header_idx is None:
         raise NvidiaSmiError("no GPU header line in topo -m output")
     header = [c.strip() for c in lines[header_idx].split("\t") if c.strip()]
     gpu_cols = [c for c in header if re.fullmatch(r"GPU\d+", c)]
     links: dict[str, dict[str, str]] = {}
-    for line in lines[header_idx + 1:]:
+    for line in lines[header_idx + 1 :]:
         if not re.match(r"^GPU\d+\t", line):
             if links:
                 break
@@ -169,12 +168,11 @@ def parse_topology(text: str) -> dict[str, Any]:
         cells = line.split("\t")
         row = cells[0].strip()
         links[row] = {}
-        for col, cell in zip(gpu_cols, cells[1:1 + len(gpu_cols)]):
+        for col, cell in zip(gpu_cols, cells[1 : 1 + len(gpu_cols)], strict=False):
             cls = _link_class(cell)
             if col != row and cls:
                 links[row][col] = cell.strip()
-    classes = sorted({_link_class(v) for row in links.values() for v in row.values()} - {None},
-                     key=TOPOLOGY_RANK.index)
+    classes = sorted({_link_class(v) for row in links.values() for v in row.values()} - {None}, key=TOPOLOGY_RANK.index)
     return {
         "gpus": gpu_cols,
         "links": links,
@@ -189,7 +187,7 @@ def parse_fabric_states(text: str) -> list[str]:
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.strip() == "Fabric":
-            for follow in lines[i + 1:i + 4]:
+            for follow in lines[i + 1 : i + 4]:
                 key, _, value = follow.partition(":")
                 if key.strip() == "State":
                     states.append(value.strip())
@@ -215,8 +213,9 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
-def summarize(rows: list[dict[str, Any]], topology: dict[str, Any] | None, fabric_states: list[str],
-              nvswitch_devices: int = 0) -> dict[str, Any]:
+def summarize(
+    rows: list[dict[str, Any]], topology: dict[str, Any] | None, fabric_states: list[str], nvswitch_devices: int = 0
+) -> dict[str, Any]:
     """The GPU facts the preflight asserts on, from parsed query rows and topology."""
     gpus = []
     cc_source = "nvidia-smi"
@@ -241,8 +240,10 @@ def summarize(rows: list[dict[str, Any]], topology: dict[str, Any] | None, fabri
         "driver_version": drivers[0] if len(drivers) == 1 else (drivers or [None])[0],
         "persistence_mode_all": bool(gpus) and all(g.get("persistence_mode") for g in gpus),
         "pcie_degraded": [
-            g["index"] for g in gpus
-            if g.get("pcie.link.width.current") and g.get("pcie.link.width.max")
+            g["index"]
+            for g in gpus
+            if g.get("pcie.link.width.current")
+            and g.get("pcie.link.width.max")
             and g["pcie.link.width.current"] < g["pcie.link.width.max"]
         ],
         "topology": topology or {},

@@ -49,11 +49,18 @@ NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"}},
-                           supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={"nvidia_smi": {"type": "str", "default": "nvidia-smi"}}, supports_check_mode=True
+    )
     smi = module.get_bin_path(module.params["nvidia_smi"])
-    facts: dict = {"driver_installed": smi is not None, "driver_loaded": False, "count": 0, "gpus": [],
-                   "error": None, "nvidia_smi": smi}
+    facts: dict = {
+        "driver_installed": smi is not None,
+        "driver_loaded": False,
+        "count": 0,
+        "gpus": [],
+        "error": None,
+        "nvidia_smi": smi,
+    }
     if smi is None:
         facts["error"] = "nvidia-smi not found: the NVIDIA driver is not installed"
         module.exit_json(changed=False, ansible_facts={"gpu_facts": facts})

@@ -89,7 +89,7 @@ def weights_facts(path: str) -> dict:
 def secure_boot(module: AnsibleModule) -> str:
     mokutil = module.get_bin_path("mokutil")
     if mokutil:
-        rc, out, err = module.run_command([mokutil, "--sb-state"])
+        _, out, err = module.run_command([mokutil, "--sb-state"])
         text = (out + err).lower()
         if "enabled" in text:
             return "enabled"
@@ -107,8 +107,7 @@ def secure_boot(module: AnsibleModule) -> str:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"weights_path": {"type": "path", "required": True}},
-                           supports_check_mode=True)
+    module = AnsibleModule(argument_spec={"weights_path": {"type": "path", "required": True}}, supports_check_mode=True)
     mem = meminfo()
     facts = {
         "mem_total_gib": round(mem["MemTotal"] / GIB, 1),

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import copy
 
+import preflight
 import pytest
 from conftest import read_fixture
-
-import preflight
 from nvidia_smi import QUERY_FIELDS, parse_fabric_states, parse_query_csv, parse_topology, summarize
 from preflight import preflight_checks, preflight_failures, preflight_table
 
@@ -49,16 +48,30 @@ HOST = {
 }
 
 
-def gpu_facts(query: str, topo: str | None = "synthetic/a800-x8-topo.txt", q: str | None = "synthetic/a800-x8-q.txt",
-              fields: tuple[str, ...] = QUERY_FIELDS, **row_changes) -> dict:
+def gpu_facts(
+    query: str,
+    topo: str | None = "synthetic/a800-x8-topo.txt",
+    q: str | None = "synthetic/a800-x8-q.txt",
+    fields: tuple[str, ...] = QUERY_FIELDS,
+    **row_changes,
+) -> dict:
     """gpu_facts as nvidia_gpu_facts sets them, from fixture files; row_changes override fields of every GPU."""
     rows = parse_query_csv(read_fixture(query), fields)
     for row in rows:
         row.update(row_changes)
-    facts = {"driver_installed": True, "driver_loaded": False, "count": 0, "gpus": [], "error": None,
-             "nvidia_smi": "/usr/bin/nvidia-smi"}
-    facts.update(summarize(rows, parse_topology(read_fixture(topo)) if topo else {},
-                           parse_fabric_states(read_fixture(q)) if q else []))
+    facts = {
+        "driver_installed": True,
+        "driver_loaded": False,
+        "count": 0,
+        "gpus": [],
+        "error": None,
+        "nvidia_smi": "/usr/bin/nvidia-smi",
+    }
+    facts.update(
+        summarize(
+            rows, parse_topology(read_fixture(topo)) if topo else {}, parse_fabric_states(read_fixture(q)) if q else []
+        )
+    )
     facts["driver_loaded"] = True
     return facts
 
@@ -68,8 +81,14 @@ def a800() -> dict:
 
 
 def no_driver() -> dict:
-    return {"driver_installed": False, "driver_loaded": False, "count": 0, "gpus": [],
-            "error": "nvidia-smi not found: the NVIDIA driver is not installed", "nvidia_smi": None}
+    return {
+        "driver_installed": False,
+        "driver_loaded": False,
+        "count": 0,
+        "gpus": [],
+        "error": "nvidia-smi not found: the NVIDIA driver is not installed",
+        "nvidia_smi": None,
+    }
 
 
 def host(**changes) -> dict:
@@ -102,8 +121,18 @@ def test_good_a800_host_passes_every_fail_level_check():
     assert failed(checks) == []
     assert preflight_failures(checks) == []
     status = {c["name"]: c["status"] for c in checks}
-    for name in ("gpu_count", "gpu_uniform", "compute_capability", "gpu_memory", "driver_version",
-                 "persistence_mode", "nvswitch", "ram", "weights_storage", "secure_boot"):
+    for name in (
+        "gpu_count",
+        "gpu_uniform",
+        "compute_capability",
+        "gpu_memory",
+        "driver_version",
+        "persistence_mode",
+        "nvswitch",
+        "ram",
+        "weights_storage",
+        "secure_boot",
+    ):
         assert status[name] == "pass", name
     assert status["topology"] == "warn"  # dual-socket PCIe: SYS links
     assert "driver_pin" not in status  # the driver is the pinned one
@@ -148,8 +177,11 @@ def test_h100_host_fails_compute_capability_only():
     rows = parse_query_csv(read_fixture("h200-x2/query.csv"), QUERY_FIELDS)
     rows = [dict(rows[i % 2], index=i, name="NVIDIA H100 80GB HBM3", **{"memory.total": 81559}) for i in range(8)]
     facts = dict(no_driver(), driver_installed=True, driver_loaded=True, error=None)
-    facts.update(summarize(rows, parse_topology(read_fixture("h200-x2/topo.txt")),
-                           parse_fabric_states(read_fixture("h200-x2/q.txt"))))
+    facts.update(
+        summarize(
+            rows, parse_topology(read_fixture("h200-x2/topo.txt")), parse_fabric_states(read_fixture("h200-x2/q.txt"))
+        )
+    )
     checks = preflight_checks(facts, HOST, REQUIREMENTS)
     assert failed(checks) == ["compute_capability"]
     check = by_name(checks)["compute_capability"]
@@ -193,7 +225,7 @@ def test_unknown_memory_fails_gpu_memory():
     assert "gpu_memory" in failed(preflight_checks(facts, HOST, REQUIREMENTS))
 
 
-def test_mixed_gpus_fail_uniformity(synthetic):
+def test_mixed_gpus_fail_uniformity():
     facts = gpu_facts("synthetic/query-mixed-models.csv")
     checks = preflight_checks(facts, HOST, REQUIREMENTS)
     assert failed(checks) == ["gpu_uniform"]
@@ -201,8 +233,9 @@ def test_mixed_gpus_fail_uniformity(synthetic):
 
 
 def test_several_problems_are_all_reported():
-    facts = gpu_facts("synthetic/a800-x8-query.csv", **{"memory.total": 40960, "compute_cap": "9.0",
-                                                          "driver_version": "535.183.01"})
+    facts = gpu_facts(
+        "synthetic/a800-x8-query.csv", **{"memory.total": 40960, "compute_cap": "9.0", "driver_version": "535.183.01"}
+    )
     facts.update(summarize(facts["gpus"][:4], facts["topology"], []))
     small = host(mem_total_gib=251.5, weights={"exists": False, "shards": 0, "size_gib": 0.0, "free_gib": 120.0})
     checks = preflight_checks(facts, small, REQUIREMENTS)
@@ -218,7 +251,7 @@ def test_several_problems_are_all_reported():
         "ram": ("host_facts.mem_total_gib", f"expected >= {NEED_RAM_GIB}"),
         "weights_storage": ("host_facts.weights.free_gib", f"expected >= {NEED_DISK_GIB}"),
     }
-    for name, line in zip(expected, lines):
+    for name, line in zip(expected, lines, strict=True):
         fact, want = fact_expected[name]
         assert line.startswith(f"{name}: ")
         assert fact in line
@@ -268,8 +301,10 @@ def test_missing_driver_allowed_by_default():
 
 
 def test_driver_installed_not_loaded_fails():
-    message = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-               "Make sure that the latest NVIDIA driver is installed and running.")
+    message = (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running."
+    )
     facts = dict(no_driver(), driver_installed=True, nvidia_smi="/usr/bin/nvidia-smi", error=message)
     checks = preflight_checks(facts, HOST, REQUIREMENTS)
     assert failed(checks) == ["nvidia_driver"]
@@ -291,8 +326,9 @@ def test_old_driver_below_minimum_fails():
 
 
 def test_pre_r510_driver_fails_version_but_knows_compute_capability():
-    facts = gpu_facts("synthetic/old-driver-query-nounits.csv", fields=tuple(f for f in QUERY_FIELDS
-                                                                            if f != "compute_cap"))
+    facts = gpu_facts(
+        "synthetic/old-driver-query-nounits.csv", fields=tuple(f for f in QUERY_FIELDS if f != "compute_cap")
+    )
     checks = preflight_checks(facts, HOST, REQUIREMENTS)
     assert failed(checks) == ["driver_version"]
     assert by_name(checks)["compute_capability"]["measured"] == ["8.0"]  # from "NVIDIA A100 80GB PCIe"
@@ -394,11 +430,11 @@ def test_table_aligns_columns_and_counts():
     assert len(lines) == len(checks) + 1
     body = lines[:-1]
     width = max(len(c["name"]) for c in checks)
-    for line, check in zip(body, checks):
+    for line, check in zip(body, checks, strict=True):
         assert line.startswith(check["status"].upper())
-        assert line[8:8 + len(check["name"])] == check["name"]  # names start in one column
-        assert line[8 + width + 2:] == check["detail"]  # details start in one column
-    assert len({line.index(c["detail"]) for line, c in zip(body, checks)}) == 1
+        assert line[8 : 8 + len(check["name"])] == check["name"]  # names start in one column
+        assert line[8 + width + 2 :] == check["detail"]  # details start in one column
+    assert len({line.index(c["detail"]) for line, c in zip(body, checks, strict=True)}) == 1
     statuses = [c["status"] for c in checks]
     expected = ", ".join(f"{statuses.count(s)} {s}" for s in ("pass", "warn", "fail", "pending") if s in statuses)
     assert lines[-1] == expected

@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 import pytest
 from conftest import REAL_H200, STANDIN_NVIDIA_SMI, read_fixture, strip_rc
-
 from nvidia_smi import (
     QUERY_FIELDS,
     NvidiaSmiError,
@@ -33,8 +32,13 @@ QUERY = "--query-gpu=" + ",".join(QUERY_FIELDS)
 FORMATS = ["--format=csv", "--format=csv,noheader", "--format=csv,noheader,nounits"]
 USAGE_FIELDS = ("index", "memory.used", "memory.total", "utilization.gpu", "temperature.gpu", "power.draw", "clocks.sm")
 
-H100 = {"name": "NVIDIA H100 80GB HBM3", "architecture": "Hopper", "memory_mib": 81559, "compute_cap": "9.0",
-        "pcie_gen": 5}
+H100 = {
+    "name": "NVIDIA H100 80GB HBM3",
+    "architecture": "Hopper",
+    "memory_mib": 81559,
+    "compute_cap": "9.0",
+    "pcie_gen": 5,
+}
 
 
 @pytest.fixture
@@ -46,8 +50,14 @@ def smi(tmp_path) -> Callable[..., subprocess.CompletedProcess]:
         path = tmp_path / f"gpus-{next(counter)}.json"
         path.write_text(json.dumps(dict({"driver": DRIVER}, **(config or {}))))
         env = dict(os.environ, NVIDIA_STANDIN_CONFIG=str(path))
-        return subprocess.run([sys.executable, str(STANDIN_NVIDIA_SMI), *args], env=env, capture_output=True,
-                              text=True, timeout=30, check=False)
+        return subprocess.run(
+            [sys.executable, str(STANDIN_NVIDIA_SMI), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
 
     return run
 
@@ -140,7 +150,7 @@ def test_values_look_like_the_real_ones(smi, fmt, real_file):
     assert len(lines) == 8 + (fmt == FORMATS[0])
     real_row, row = real_lines[-1].split(", "), lines[-1].split(", ")
     assert len(row) == len(real_row) == len(QUERY_FIELDS)  # ", " separates every cell
-    for field, real_cell, cell in zip(QUERY_FIELDS, real_row, row):
+    for field, real_cell, cell in zip(QUERY_FIELDS, real_row, row, strict=True):
         if field in ("name", "driver_version", "persistence_mode"):
             continue
         if field == "uuid":

@@ -14,8 +14,12 @@ def test_nvidia_smi_lists_eight_a800(host):
 
 
 def test_toolkit_packages_are_the_pinned_set(host):
-    for name in ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
-                 "libnvidia-container1"):
+    for name in (
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+    ):
         pkg = host.package(name)
         assert pkg.is_installed
         assert pkg.version == "1.17.8-1"

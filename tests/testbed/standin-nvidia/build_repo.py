@@ -8,6 +8,7 @@ published, so that a test can show that a pin holds when a newer version is avai
     build_repo.py --out DIR      ->  DIR/*.deb, DIR/Packages(.gz); an apt source line:
                                      deb [trusted=yes] file:DIR ./
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,10 @@ class Pkg:
 
 
 def unit(description: str, exec_start: str, pidfile: str) -> str:
-    return (f"[Unit]\nDescription={description} (test double)\n\n[Service]\nType=simple\n"
-            f"ExecStart={exec_start}\nPIDFile={pidfile}\n\n[Install]\nWantedBy=multi-user.target\n")
+    return (
+        f"[Unit]\nDescription={description} (test double)\n\n[Service]\nType=simple\n"
+        f"ExecStart={exec_start}\nPIDFile={pidfile}\n\n[Install]\nWantedBy=multi-user.target\n"
+    )
 
 
 def driver_packages(upstream: str) -> list[Pkg]:
@@ -49,28 +52,53 @@ def driver_packages(upstream: str) -> list[Pkg]:
     persisted = "/run/nvidia-persistenced/nvidia-persistenced.pid"
     fm_pid = "/run/nvidia-fabricmanager/nv-fabricmanager.pid"
     pkgs = [
-        Pkg(f"nvidia-utils-{b}", v, "NVIDIA driver support binaries (stand-in: nvidia-smi test double)",
-            files={"/usr/bin/nvidia-smi": BIN / "nvidia-smi",
-                   "/usr/lib/nvidia-standin/driver-version": upstream + "\n"}),
-        Pkg(f"nvidia-compute-utils-{b}", v, "NVIDIA compute utilities (stand-in: nvidia-persistenced test double)",
+        Pkg(
+            f"nvidia-utils-{b}",
+            v,
+            "NVIDIA driver support binaries (stand-in: nvidia-smi test double)",
+            files={
+                "/usr/bin/nvidia-smi": BIN / "nvidia-smi",
+                "/usr/lib/nvidia-standin/driver-version": upstream + "\n",
+            },
+        ),
+        Pkg(
+            f"nvidia-compute-utils-{b}",
+            v,
+            "NVIDIA compute utilities (stand-in: nvidia-persistenced test double)",
             depends=[f"nvidia-utils-{b} (= {v})"],
-            files={"/usr/bin/nvidia-persistenced": BIN / "standin-daemon",
-                   "/lib/systemd/system/nvidia-persistenced.service":
-                       unit("NVIDIA Persistence Daemon", f"/usr/bin/nvidia-persistenced {persisted}", persisted)}),
-        Pkg(f"nvidia-fabricmanager-{b}", v, "NVIDIA Fabric Manager for NVSwitch systems (stand-in)",
+            files={
+                "/usr/bin/nvidia-persistenced": BIN / "standin-daemon",
+                "/lib/systemd/system/nvidia-persistenced.service": unit(
+                    "NVIDIA Persistence Daemon", f"/usr/bin/nvidia-persistenced {persisted}", persisted
+                ),
+            },
+        ),
+        Pkg(
+            f"nvidia-fabricmanager-{b}",
+            v,
+            "NVIDIA Fabric Manager for NVSwitch systems (stand-in)",
             depends=[f"nvidia-utils-{b} (= {v})"],
-            files={"/usr/bin/nv-fabricmanager": BIN / "standin-daemon",
-                   "/lib/systemd/system/nvidia-fabricmanager.service":
-                       unit("NVIDIA fabric manager service", f"/usr/bin/nv-fabricmanager {fm_pid} --needs-nvswitch",
-                            fm_pid)}),
+            files={
+                "/usr/bin/nv-fabricmanager": BIN / "standin-daemon",
+                "/lib/systemd/system/nvidia-fabricmanager.service": unit(
+                    "NVIDIA fabric manager service", f"/usr/bin/nv-fabricmanager {fm_pid} --needs-nvswitch", fm_pid
+                ),
+            },
+        ),
     ]
     for flavour in ("", "-open"):
         other = f"nvidia-driver-{b}" if flavour else f"nvidia-driver-{b}-open"
-        pkgs.append(Pkg(f"nvidia-driver-{b}{flavour}", v,
-                        f"NVIDIA driver metapackage{' (open kernel modules)' if flavour else ''} (stand-in)",
-                        depends=[f"nvidia-utils-{b} (= {v})", f"nvidia-compute-utils-{b} (= {v})"],
-                        conflicts=[other], provides=["nvidia-driver"],
-                        files={f"/usr/share/doc/nvidia-driver-{b}{flavour}/STANDIN": "test double\n"}))
+        pkgs.append(
+            Pkg(
+                f"nvidia-driver-{b}{flavour}",
+                v,
+                f"NVIDIA driver metapackage{' (open kernel modules)' if flavour else ''} (stand-in)",
+                depends=[f"nvidia-utils-{b} (= {v})", f"nvidia-compute-utils-{b} (= {v})"],
+                conflicts=[other],
+                provides=["nvidia-driver"],
+                files={f"/usr/share/doc/nvidia-driver-{b}{flavour}/STANDIN": "test double\n"},
+            )
+        )
     return pkgs
 
 
@@ -78,17 +106,36 @@ def toolkit_packages(upstream: str) -> list[Pkg]:
     v = f"{upstream}-1"
     ver_file = {"/usr/lib/nvidia-standin/toolkit-version": upstream + "\n"}
     return [
-        Pkg("libnvidia-container1", v, "NVIDIA container runtime library (stand-in)",
-            files={"/usr/lib/nvidia-standin/libnvidia-container-version": upstream + "\n"}),
-        Pkg("libnvidia-container-tools", v, "NVIDIA container runtime library, tools (stand-in)",
+        Pkg(
+            "libnvidia-container1",
+            v,
+            "NVIDIA container runtime library (stand-in)",
+            files={"/usr/lib/nvidia-standin/libnvidia-container-version": upstream + "\n"},
+        ),
+        Pkg(
+            "libnvidia-container-tools",
+            v,
+            "NVIDIA container runtime library, tools (stand-in)",
             depends=[f"libnvidia-container1 (= {v})"],
-            files={"/usr/bin/nvidia-container-cli": BIN / "nvidia-container-cli"}),
-        Pkg("nvidia-container-toolkit-base", v, "NVIDIA Container Toolkit base (stand-in nvidia-ctk)",
-            files={"/usr/bin/nvidia-ctk": BIN / "nvidia-ctk",
-                   "/usr/bin/nvidia-container-runtime": BIN / "nvidia-container-runtime", **ver_file}),
-        Pkg("nvidia-container-toolkit", v, "NVIDIA Container Toolkit (stand-in, no-op runtime hook)",
+            files={"/usr/bin/nvidia-container-cli": BIN / "nvidia-container-cli"},
+        ),
+        Pkg(
+            "nvidia-container-toolkit-base",
+            v,
+            "NVIDIA Container Toolkit base (stand-in nvidia-ctk)",
+            files={
+                "/usr/bin/nvidia-ctk": BIN / "nvidia-ctk",
+                "/usr/bin/nvidia-container-runtime": BIN / "nvidia-container-runtime",
+                **ver_file,
+            },
+        ),
+        Pkg(
+            "nvidia-container-toolkit",
+            v,
+            "NVIDIA Container Toolkit (stand-in, no-op runtime hook)",
             depends=[f"nvidia-container-toolkit-base (= {v})", f"libnvidia-container-tools (= {v})"],
-            files={"/usr/bin/nvidia-container-runtime-hook": BIN / "nvidia-container-runtime-hook"}),
+            files={"/usr/bin/nvidia-container-runtime-hook": BIN / "nvidia-container-runtime-hook"},
+        ),
     ]
 
 
@@ -105,16 +152,26 @@ def build_deb(pkg: Pkg, out: Path) -> Path:
             else:
                 dest.write_text(src)
                 dest.chmod(0o644)
-        control = [f"Package: {pkg.name}", f"Version: {pkg.version}", "Architecture: all",
-                   "Maintainer: a800-testbed <testbed@localhost>", "Section: non-free/libs", "Priority: optional",
-                   f"Description: {pkg.description}", " Test double built by tests/testbed/standin-nvidia."]
+        control = [
+            f"Package: {pkg.name}",
+            f"Version: {pkg.version}",
+            "Architecture: all",
+            "Maintainer: a800-testbed <testbed@localhost>",
+            "Section: non-free/libs",
+            "Priority: optional",
+            f"Description: {pkg.description}",
+            " Test double built by tests/testbed/standin-nvidia.",
+        ]
         for key, values in (("Depends", pkg.depends), ("Conflicts", pkg.conflicts), ("Provides", pkg.provides)):
             if values:
                 control.insert(3, f"{key}: {', '.join(values)}")
         (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
         deb = out / f"{pkg.name}_{pkg.version}_all.deb"
-        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
+            check=True,
+            capture_output=True,
+        )
         return deb
 
 
@@ -140,8 +197,9 @@ def main() -> None:
     pkgs += [p for v in TOOLKIT_VERSIONS for p in toolkit_packages(v)]
     for pkg in pkgs:
         build_deb(pkg, out)
-    index = subprocess.run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=out, check=True,
-                           capture_output=True, text=True).stdout
+    index = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=out, check=True, capture_output=True, text=True
+    ).stdout
     (out / "Packages").write_text(index)
     (out / "Packages.gz").write_bytes(gzip.compress(index.encode()))
     stamp.write_text(inputs_hash())

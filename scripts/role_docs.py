@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Generate the variables section of each role's README.md from its meta/argument_specs.yml.
+
+    scripts/role_docs.py           rewrite the generated section of every roles/*/README.md
+    scripts/role_docs.py --check   exit 1 when a README is out of date (used by the unit tests)
+
+The section sits between the markers below; text outside them is written by hand and kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN = "<!-- BEGIN generated from meta/argument_specs.yml by scripts/role_docs.py -->"
+END = "<!-- END generated -->"
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def variables_section(role: Path) -> str:
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    lines = [BEGIN]
+    for entry, spec in specs.items():
+        lines += ["", f"### Entry point `{entry}`: {spec.get('short_description', '')}", ""]
+        for paragraph in spec.get("description", []) or []:
+            lines.append(paragraph)
+        lines += ["", "| variable | type | default | required | description |", "|---|---|---|---|---|"]
+        for name, opt in (spec.get("options") or {}).items():
+            desc = (
+                " ".join(opt.get("description", []))
+                if isinstance(opt.get("description"), list)
+                else opt.get("description", "")
+            )
+            default = f"`{opt['default']}`" if "default" in opt else "-"
+            secret = " (secret, never logged)" if opt.get("no_log") else ""
+            lines.append(
+                f"| `{name}` | {opt.get('type', 'str')} | {_cell(default)} | "
+                f"{'yes' if opt.get('required') else 'no'} | {_cell(desc)}{secret} |"
+            )
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def render(role: Path) -> str:
+    readme = role / "README.md"
+    section = variables_section(role)
+    if not readme.exists():
+        return f"# Role `{role.name}`\n\n## Variables\n\n{section}\n"
+    text = readme.read_text()
+    if BEGIN not in text:
+        return text.rstrip("\n") + f"\n\n## Variables\n\n{section}\n"
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return head + section + tail
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="report out-of-date READMEs instead of writing")
+    args = parser.parse_args()
+    stale = []
+    for role in sorted(p.parent.parent for p in ROOT.glob("roles/*/meta/argument_specs.yml")):
+        wanted = render(role)
+        readme = role / "README.md"
+        if readme.exists() and readme.read_text() == wanted:
+            continue
+        if args.check:
+            stale.append(str(readme.relative_to(ROOT)))
+        else:
+            readme.write_text(wanted)
+            print(f"wrote {readme.relative_to(ROOT)}")
+    if stale:
+        print("out of date (run scripts/role_docs.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
