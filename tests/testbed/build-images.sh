@@ -3,6 +3,7 @@
 #   a800-testbed/debian12:base     Debian 12 from Debian's packages (debootstrap), or TESTBED_BASE_IMAGE
 #   a800-testbed/sim-host:latest   the simulated A800 host: systemd as PID 1, its own Docker engine
 #   a800-testbed/probe:latest      a busybox image that the sim host's inner Docker runs with --gpus all
+#   vllm/vllm-openai:v0.26.0       the vLLM test double (tests/doubles/vllm), tagged like the real base image
 # and the local apt repository of stand-in NVIDIA packages (tests/testbed/standin-nvidia).
 # Each image is built only when missing or when its inputs changed (content hash in a label).
 set -euo pipefail
@@ -39,7 +40,7 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
   fi
 fi
 
-hash_of() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16; }
+hash_of() { (cd "$1" && find . -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16; }
 build_if_changed() {  # image, context dir
   local img=$1 ctx=$2 h cur
   h=$(hash_of "$ctx")
@@ -50,6 +51,7 @@ build_if_changed() {  # image, context dir
     --build-arg "MIRROR=$(mirror)" -t "$img" "$ctx" >/dev/null
 }
 build_if_changed "$sim" "$here/sim-host"
+build_if_changed "${VLLM_DOUBLE_IMAGE:-vllm/vllm-openai:v0.26.0}" "$here/../doubles/vllm"
 
 if ! docker image inspect "$probe" >/dev/null 2>&1; then
   echo "$probe: building from Debian's busybox-static"

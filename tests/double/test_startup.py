@@ -1,0 +1,171 @@
+"""The vLLM test double's startup contract: arguments, platform and backend rules, memory, loading."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import requests
+
+LOAD_TOOK = re.compile(r"Loading weights took ([0-9.]+) seconds")
+
+
+def started(run) -> bool:
+    return "Application startup complete." in run.log and run.proc.poll() is None
+
+
+# --- arguments: argparse errors exit 2, parser names fail with exit 1 before loading -----------------------------
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--kv-cache-dtype", "bf16", "argument --kv-cache-dtype: invalid choice: 'bf16' (choose from"),
+        ("--dtype", "bf16", "argument --dtype: invalid choice: 'bf16' (choose from"),
+        ("--tensor-parallel-size", "8.5", "argument --tensor-parallel-size/-tp: invalid int value: '8.5'"),
+        ("--attention-config", "{bad json", "argument --attention-config: invalid JSON"),
+        ("--speculative-config", '{"method": "mtp",', "argument --speculative-config: invalid JSON"),
+        ("--no-such-flag", None, "unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_bad_arguments_exit_2_at_parse_time(launcher, flag, value, message):
+    run = launcher.start([flag] + ([value] if value else []), wait=False)
+    assert launcher.finish(run) == 2
+    assert "vllm serve: error: " + message in run.log
+    assert "Loading safetensors" not in run.log
+
+
+@pytest.mark.parametrize(("flag", "name"), [("--reasoning-parser", "glm99"), ("--tool-call-parser", "nosuch")])
+def test_unknown_parser_names_fail_with_exit_1_before_loading(launcher, flag, name):
+    run = launcher.start([flag, name], wait=False)
+    assert launcher.finish(run) == 1
+    assert f"KeyError: '{flag[2:].replace('-call', '').replace('-', ' ')}: {name} not found" in run.log
+    assert "Loading safetensors" not in run.log
+
+
+# --- platform: the sparse backend on sm80 needs the patched image --------------------------------------------------
+def test_unpatched_image_on_sm80_has_no_sparse_backend(launcher):
+    run = launcher.start(image="unpatched", wait=False)
+    assert launcher.finish(run) == 1
+    assert "ValueError: No valid attention backend found for cuda" in run.log
+    assert "FLASHMLA_SPARSE: [compute capability not supported]" in run.log
+    assert "RuntimeError: Engine core initialization failed." in run.log
+
+
+def test_patched_image_logs_the_articles_two_lines(launcher):
+    run = launcher.start()
+    assert started(run), run.log
+    assert (
+        "[sparse_attn_indexer.py:790] DeepGEMM not supported on this platform; using Triton fallback for "
+        "sparse attention indexer."
+    ) in run.log
+    assert (
+        "[cuda.py:487] Using TRITON_MLA_SPARSE attention backend out of potential backends: [TRITON_MLA_SPARSE]."
+    ) in run.log
+    assert requests.get(run.url + "/health", timeout=5).status_code == 200
+
+
+def test_backend_environment_variable_is_ignored(launcher):
+    run = launcher.start(image="unpatched", env={"VLLM_ATTENTION_BACKEND": "TRITON_MLA_SPARSE"}, wait=False)
+    assert launcher.finish(run) == 1
+    assert "No valid attention backend found" in run.log
+
+
+@pytest.mark.parametrize("how", ["flag", "attention-config"])
+def test_backend_selected_explicitly(launcher, how):
+    if how == "flag":
+        run = launcher.start(["--attention-backend", "TRITON_MLA_SPARSE"])
+    else:
+        run = launcher.start(["--attention-config", '{"sparse_mla_force_mqa": true, "backend": "TRITON_MLA_SPARSE"}'])
+    assert started(run), run.log
+    assert "Using TRITON_MLA_SPARSE backend." in run.log
+
+
+def test_explicit_backend_missing_from_unpatched_image(launcher):
+    run = launcher.start(["--attention-backend", "TRITON_MLA_SPARSE"], image="unpatched", wait=False)
+    assert launcher.finish(run) == 1
+    assert "Selected backend AttentionBackendEnum.TRITON_MLA_SPARSE is not valid" in run.log
+
+
+def test_fp8_kv_cache_has_no_backend_on_sm80(launcher):
+    run = launcher.start(["--kv-cache-dtype", "fp8"], wait=False)
+    assert launcher.finish(run) == 1
+    assert "TRITON_MLA_SPARSE: [kv_cache_dtype not supported]" in run.log
+
+
+def test_hopper_uses_its_own_sparse_backend_without_the_patch(launcher):
+    run = launcher.start(image="unpatched", gpus={"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"})
+    assert started(run), run.log
+    assert "Using FLASHMLA_SPARSE attention backend" in run.log
+    assert "DeepGEMM not supported" not in run.log
+
+
+def test_no_gpu_visible(launcher):
+    run = launcher.start(env={"PATH": "/usr/bin:/bin"}, wait=False)
+    assert launcher.finish(run) == 1
+    assert "Failed to infer device type" in run.log
+
+
+# --- memory: weights / TP + KV + graphs must fit -------------------------------------------------------------------
+def test_tp4_of_433_gb_runs_out_of_memory(launcher):
+    run = launcher.start(["--tensor-parallel-size", "4"], gpus={"count": 4}, wait=False)
+    assert launcher.finish(run) == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory." in run.log
+
+
+def test_tp8_on_40_gb_cards_runs_out_of_memory(launcher):
+    run = launcher.start(gpus={"name": "NVIDIA A100-PCIE-40GB", "memory_mib": 40960}, wait=False)
+    assert launcher.finish(run) == 1
+    assert "CUDA out of memory" in run.log
+
+
+def test_more_ranks_than_gpus(launcher):
+    run = launcher.start(gpus={"count": 4}, wait=False)
+    assert launcher.finish(run) == 1
+    assert "invalid device ordinal" in run.log
+
+
+def test_tp8_fits_and_reports_kv_cache(launcher):
+    run = launcher.start()
+    assert started(run), run.log
+    assert re.search(r"Model loading took 5\d\.\d+ GiB memory", run.log)
+    assert re.search(r"GPU KV cache size: [\d,]+ tokens", run.log)
+    assert "Graph capturing finished in" in run.log
+
+
+# --- loading: the shards are read, the page cache decides the time --------------------------------------------------
+def evict(path):
+    for shard in path.glob("*.safetensors"):
+        fd = os.open(shard, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def test_progress_lines_for_every_shard(launcher):
+    run = launcher.start()
+    assert started(run), run.log
+    for k in range(1, 5):
+        assert f"Loading safetensors checkpoint shards: {25 * k:3d}% Completed | {k}/4" in run.log
+
+
+def test_cold_load_is_slower_than_hot_and_fills_the_page_cache(launcher, weights):
+    evict(weights)
+    env = {"VLLM_ENGINE_READY_TIMEOUT_S": "3600"}
+    cold = launcher.start(env=env)
+    assert started(cold), cold.log
+    hot = launcher.start(env=env)  # the cold start read every shard into the page cache
+    assert started(hot), hot.log
+    cold_s = float(LOAD_TOOK.search(cold.log).group(1))
+    hot_s = float(LOAD_TOOK.search(hot.log).group(1))
+    assert hot_s == pytest.approx(360, rel=0.05)  # 433 GB from the page cache in ~6 min
+    assert cold_s > 1000  # ~22 min from disk
+
+
+def test_slow_load_hits_the_engine_ready_timeout(launcher, weights):
+    evict(weights)
+    run = launcher.start(wait=False)  # default VLLM_ENGINE_READY_TIMEOUT_S=600 < a cold 433 GB load
+    assert launcher.finish(run) == 1
+    assert "TimeoutError: Timed out waiting for engine core processes to start." in run.log
+    assert "Waited 600s (configured by VLLM_ENGINE_READY_TIMEOUT_S)" in run.log

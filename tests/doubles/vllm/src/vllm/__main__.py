@@ -1,0 +1,5 @@
+import sys
+
+from vllm.entrypoints.cli.main import main
+
+sys.exit(main())

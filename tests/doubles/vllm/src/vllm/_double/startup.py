@@ -1,0 +1,320 @@
+"""Engine startup of the test double: platform, memory arithmetic, loading the weights, KV cache, graphs.
+
+Timings follow the article (seed-digest.md): 433 GB load in ~6 min from the page cache, ~22 min cold. The shard
+files are really read (so the page cache matters as it does to vLLM) and each shard's simulated time is
+scaled from the checkpoint's declared size (`metadata.total_size` of model.safetensors.index.json) by whether
+its pages were resident before the read. VLLM_TEST_DOUBLE_TIME_SCALE (simulated seconds per real second,
+default 1) shortens the waits for tests; VLLM_ENGINE_READY_TIMEOUT_S (default 600, simulated seconds) makes a
+slow load fail as vLLM's does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import json
+import mmap
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import log
+from .platform import Gpu, PlatformError, select_backend, visible_gpus
+
+GIB = 1024**3
+HOT_RATE = 433e9 / 360  # bytes/s from the page cache (article: ~6 min)
+COLD_RATE = 433e9 / 1320  # bytes/s from disk (article: ~22 min)
+PREFETCH_COLD_RATE = COLD_RATE * 3.4  # --safetensors-load-strategy prefetch (vLLM PR #36012: 1500 s -> 435 s)
+REPLICATED_GB = 3.0  # embeddings, MTP layer: on every rank
+KV_BYTES_PER_TOKEN = (512 + 64) * 2 * 78  # MLA latent + rope, bf16, 78 layers, replicated across TP ranks
+READ_CHUNK = 16 * 1024 * 1024
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+
+class StartupFailure(Exception):
+    def __init__(
+        self, proc: str | None, exc: str, frames: list[tuple[str, int, str, str]] | None = None, exit_code: int = 1
+    ) -> None:
+        super().__init__(exc)
+        self.proc, self.exc, self.frames, self.exit_code = proc, exc, frames or [], exit_code
+
+
+def resident_fraction(path: str) -> float:
+    """Share of a file's pages in the page cache (mincore(2))."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return 1.0
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return 0.0
+        vec = ctypes.create_string_buffer(pages)
+        try:
+            if _libc.mincore(addr, size, vec) != 0:
+                return 0.0
+            return sum(b & 1 for b in vec.raw) / pages
+        finally:
+            _libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Clock:
+    """Simulated time: advances as the load proceeds; real sleeps are scaled down by `scale`."""
+
+    scale: float
+    timeout_s: float
+    simulated: float = 0.0
+
+    def spend(self, seconds: float, already_real: float = 0.0) -> None:
+        if self.simulated + seconds > self.timeout_s:
+            remaining = max(self.timeout_s - self.simulated, 0.0)
+            time.sleep(max(remaining / self.scale - already_real, 0.0))
+            raise StartupFailure(
+                None,
+                "TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
+                f"weight loading for large models. Waited {int(self.timeout_s)}s (configured by "
+                "VLLM_ENGINE_READY_TIMEOUT_S). To increase the timeout, set the environment variable: "
+                "VLLM_ENGINE_READY_TIMEOUT_S=<seconds>",
+                [
+                    (
+                        "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core_client.py",
+                        742,
+                        "__init__",
+                        "raise TimeoutError(",
+                    )
+                ],
+            )
+        self.simulated += seconds
+        time.sleep(max(seconds / self.scale - already_real, 0.0))
+
+
+@dataclass
+class Engine:
+    """What startup established, for the server."""
+
+    model: str
+    served_name: str
+    backend: str
+    gpus: list[Gpu]
+    kv_tokens: int
+    max_model_len: int
+    max_num_seqs: int
+    sparse: bool
+    force_mqa: bool
+    speculative: dict | None
+    simulated_startup_s: float
+    facts: dict = field(default_factory=dict)
+
+
+def _checkpoint(model: str) -> tuple[list[str], int, dict]:
+    root = Path(model)
+    if not (root / "config.json").exists():
+        raise StartupFailure(
+            None,
+            f"OSError: {model} does not appear to have a file named config.json. Checkout "
+            f"'https://huggingface.co/{model}/tree/main' for available files.",
+        )
+    config = json.loads((root / "config.json").read_text())
+    shards = sorted(glob.glob(str(root / "*.safetensors")))
+    if not shards:
+        raise StartupFailure("EngineCore_DP0", f"RuntimeError: Cannot find any model weights with `{model}`")
+    actual = sum(os.path.getsize(s) for s in shards)
+    declared = actual
+    index = root / "model.safetensors.index.json"
+    if index.exists():
+        declared = int(json.loads(index.read_text()).get("metadata", {}).get("total_size", actual))
+    return shards, declared, config
+
+
+def start(args, env: dict[str, str]) -> Engine:
+    scale = float(env.get("VLLM_TEST_DOUBLE_TIME_SCALE", "1"))
+    clock = Clock(scale=scale, timeout_s=float(env.get("VLLM_ENGINE_READY_TIMEOUT_S", "600")))
+    tp = args.tensor_parallel_size
+    try:
+        gpus = visible_gpus()
+    except PlatformError as exc:
+        raise StartupFailure("EngineCore_DP0", str(exc)) from exc
+    if tp > len(gpus):
+        raise StartupFailure(
+            f"Worker_TP{len(gpus)}",
+            "torch.AcceleratorError: CUDA error: invalid device ordinal",
+            [
+                (
+                    "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_worker.py",
+                    251,
+                    "init_device",
+                    "torch.cuda.set_device(self.device)",
+                )
+            ],
+        )
+    shards, declared, config = _checkpoint(args.model)
+    sparse = "index_topk" in config
+    attention_config = args.attention_config or {}
+    force_mqa = bool(attention_config.get("sparse_mla_force_mqa", False))
+    log.info(
+        "core.py:95",
+        f"Initializing a V1 LLM engine (v0.26.0) with config: model='{args.model}', "
+        f"dtype=torch.bfloat16, max_seq_len={args.max_model_len or config.get('max_position_embeddings', 0)}, "
+        f"tensor_parallel_size={tp}, kv_cache_dtype={args.kv_cache_dtype}, "
+        f"served_model_name={args.served_model_name}, enforce_eager={args.enforce_eager}",
+        "EngineCore_DP0",
+    )
+    gpu = gpus[0]
+    worker = "Worker_TP0"
+    if sparse:
+        from ..model_executor.layers import sparse_attn_indexer
+
+        indexer_line = sparse_attn_indexer.indexer_log_line() if gpu.capability < (9, 0) else None
+        if indexer_line:
+            log.info("sparse_attn_indexer.py:790", indexer_line, worker)
+        explicit = args.attention_backend or attention_config.get("backend")
+        try:
+            backend, line = select_backend(gpu.capability, args.kv_cache_dtype, explicit)
+        except PlatformError as exc:
+            raise StartupFailure(
+                worker,
+                str(exc),
+                [
+                    (
+                        "/usr/local/lib/python3.12/dist-packages/vllm/platforms/cuda.py",
+                        471,
+                        "get_attn_backend_cls",
+                        "raise ValueError(",
+                    )
+                ],
+            ) from exc
+        log.info("cuda.py:487", line, worker)
+    else:
+        backend = "FLASH_ATTN"
+        log.info("cuda.py:487", "Using FLASH_ATTN attention backend out of potential backends: [FLASH_ATTN].", worker)
+    if gpu.capability < (10, 0) and "nvfp4" in json.dumps(config.get("quantization_config", {})).lower():
+        log.info("marlin_utils_fp4.py:215", "Using 'MARLIN' NvFp4 MoE backend", worker)
+
+    # Memory: weights / TP (+ replicated parts) must fit in memory x utilization next to activations.
+    budget_gib = gpu.memory_mib / 1024 * args.gpu_memory_utilization
+    per_gpu_gib = (declared / tp + REPLICATED_GB * 1e9 * declared / 433e9) / GIB
+    activation_gib = 1.5 + (args.max_num_batched_tokens or 8192) * 0.55 / 1024
+    graphs_gib = 0.0 if args.enforce_eager else 2.4
+
+    # Loading: every shard really read; simulated time by page-cache residency before the read.
+    prefetch = args.safetensors_load_strategy == "prefetch"
+    cold_rate = PREFETCH_COLD_RATE if prefetch else COLD_RATE
+    actual_total = sum(os.path.getsize(s) for s in shards)
+    n = len(shards)
+    log.raw(f"Loading safetensors checkpoint shards:   0% Completed | 0/{n} [00:00<?, ?it/s]\r")
+    loaded_gib = 0.0
+    hot_bytes = 0.0
+    for k, shard in enumerate(shards, 1):
+        size = os.path.getsize(shard)
+        share = size / actual_total if actual_total else 1 / n
+        resident = resident_fraction(shard)
+        started = time.monotonic()
+        with open(shard, "rb") as handle:
+            while handle.read(READ_CHUNK):
+                pass
+        nominal = declared * share
+        hot_bytes += nominal * resident
+        loaded_gib += per_gpu_gib * share
+        if loaded_gib > budget_gib - activation_gib * 0.2:
+            free = max(budget_gib - (loaded_gib - per_gpu_gib * share), 0.0)
+            raise StartupFailure(
+                worker,
+                (
+                    f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {per_gpu_gib * share:.2f} GiB. "
+                    f"GPU 0 has a total capacity of {gpu.memory_mib / 1024:.2f} GiB of which {free:.2f} GiB is free. "
+                    f"Of the allocated memory {loaded_gib - per_gpu_gib * share:.2f} GiB is allocated by PyTorch."
+                ),
+                [
+                    (
+                        "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/model_loader/default_loader.py",
+                        272,
+                        "load_weights",
+                        "loaded_weights = model.load_weights(",
+                    )
+                ],
+            )
+        clock.spend(nominal * (resident / HOT_RATE + (1 - resident) / cold_rate), time.monotonic() - started)
+        elapsed = clock.simulated
+        pct = int(100 * k / n)
+        log.raw(
+            f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {k}/{n} "
+            f"[{int(elapsed // 60):02d}:{int(elapsed % 60):02d}<00:00, {k / max(elapsed, 1e-6):.2f}it/s]"
+            + ("\n" if k == n else "\r")
+        )
+    load_s = clock.simulated
+    log.info("default_loader.py:314", f"Loading weights took {load_s:.2f} seconds", worker)
+    log.info(
+        "gpu_model_runner.py:3025", f"Model loading took {per_gpu_gib:.4f} GiB memory and {load_s:.6f} seconds", worker
+    )
+
+    kv_gib = budget_gib - per_gpu_gib - activation_gib - graphs_gib
+    if kv_gib <= 0:
+        raise StartupFailure(
+            "EngineCore_DP0",
+            "ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine.",
+        )
+    kv_tokens = int(kv_gib * GIB / KV_BYTES_PER_TOKEN)
+    max_len = args.max_model_len or int(config.get("max_position_embeddings", 202752))
+    if max_len > kv_tokens:
+        raise StartupFailure(
+            "EngineCore_DP0",
+            (
+                f"ValueError: To serve at least one request with the models's max seq len ({max_len}), "
+                f"({max_len * KV_BYTES_PER_TOKEN / GIB:.2f} GiB KV cache is needed, which is larger than the available "
+                f"KV cache memory ({kv_gib:.2f} GiB). Based on the available memory, the estimated maximum model "
+                f"length is {kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+                "initializing the engine."
+            ),
+        )
+    clock.spend(10.0)  # profiling run
+    log.info("gpu_worker.py:298", f"Available KV cache memory: {kv_gib:.2f} GiB", worker)
+    log.info("kv_cache_utils.py:1087", f"GPU KV cache size: {kv_tokens:,} tokens", "EngineCore_DP0")
+    log.info(
+        "kv_cache_utils.py:1091",
+        f"Maximum concurrency for {max_len:,} tokens per request: {kv_tokens / max_len:.2f}x",
+        "EngineCore_DP0",
+    )
+    seqs = args.max_num_seqs or 1024
+    if not args.enforce_eager:
+        graph_s = 64 + 0.088 * min(seqs, 512)  # one A800 report: 256 -> 32 seqs cut capture from 86 s to 66 s
+        clock.spend(graph_s)
+        log.info(
+            "gpu_model_runner.py:4012",
+            f"Graph capturing finished in {int(graph_s)} secs, took {graphs_gib:.2f} GiB",
+            worker,
+        )
+    log.info(
+        "core.py:221",
+        f"init engine (profile, create kv cache, warmup model) took {clock.simulated - load_s:.2f} seconds",
+        "EngineCore_DP0",
+    )
+    return Engine(
+        model=args.model,
+        served_name=args.served_model_name,
+        backend=backend,
+        gpus=gpus,
+        kv_tokens=kv_tokens,
+        max_model_len=max_len,
+        max_num_seqs=seqs,
+        sparse=sparse,
+        force_mqa=force_mqa,
+        speculative=args.speculative_config,
+        simulated_startup_s=clock.simulated,
+        facts={
+            "per_gpu_weights_gib": round(per_gpu_gib, 2),
+            "kv_cache_gib": round(kv_gib, 2),
+            "load_s": round(load_s, 1),
+            "hot_share": round(hot_bytes / declared, 3) if declared else 0,
+        },
+    )
