@@ -48,12 +48,12 @@ def total_throughput(streams: int) -> float:
 
 
 def ttft_seconds(tokens: int) -> float:
-    """Prefill time: 0.2 s at 80 tokens to 0.5 s at 960 (article), then ~20k tokens/s beyond."""
+    """Prefill time: 0.2 s at 80 tokens to 0.45 s at 960 (article: 0.2-0.5 s), then ~20k tokens/s beyond."""
     if tokens <= 80:
         return 0.2
     if tokens <= 960:
-        return 0.2 + 0.3 * (tokens - 80) / 880
-    return 0.5 + (tokens - 960) / 20000
+        return 0.2 + 0.25 * (tokens - 80) / 880
+    return 0.45 + (tokens - 960) / 20000
 
 
 @dataclass

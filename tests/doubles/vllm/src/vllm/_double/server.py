@@ -43,6 +43,9 @@ FORWARD_MHA_FRAMES = [
 ]
 
 
+MIN_CHUNK_S = 0.002  # below this pacing interval, tokens travel in shared chunks
+
+
 def error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
     return web.json_response(
         {"error": {"message": message, "type": kind, "param": param, "code": status}}, status=status
@@ -214,7 +217,7 @@ class Server:
         )
 
     async def _serve(self, request, rid, created, plan: Plan, n_prompt, budget, stream, include_usage, start):
-        await asyncio.sleep(ttft_seconds(n_prompt) / self.speed)
+        await asyncio.sleep(max(start + ttft_seconds(n_prompt) / self.speed - time.monotonic(), 0.0))
         if self._prefill_crashes(n_prompt):
             log.error("multiproc_executor.py:822", "WorkerProc hit an exception.", "Worker_TP0")
             log.traceback("Worker_TP0", FORWARD_MHA_FRAMES, "NotImplementedError")
@@ -241,12 +244,7 @@ class Server:
             await self._sse(response, rid, created, {"role": "assistant", "content": ""}, None)
         self.decoding += 1
         try:
-            for kind, text in tokens:
-                interval = self.decoding / (total_throughput(self.decoding) * self.speed)
-                await asyncio.sleep(interval)
-                self._count_token()
-                if response is not None:
-                    await self._sse(response, rid, created, {kind: text}, None)
+            await self._decode(tokens, response, rid, created)
         finally:
             self.decoding -= 1
         n_completion = len(tokens) + (len(plan.tool_call["arguments"]) // 4 if plan.tool_call else 0)
@@ -317,6 +315,33 @@ class Server:
                 "kv_transfer_params": None,
             }
         )
+
+    async def _decode(self, tokens: list[tuple[str, str]], response, rid: str, created: int) -> None:
+        """Pace the tokens on absolute deadlines (no drift from the work between them); when the interval is
+        shorter than the event loop can keep up with, or the loop fell behind, send the due tokens in one chunk
+        (as MTP does when several drafted tokens are accepted at once)."""
+        due = time.monotonic()
+        i = 0
+        while i < len(tokens):
+            interval = self.decoding / (total_throughput(self.decoding) * self.speed)
+            due += interval
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            batch = [tokens[i]]
+            i += 1
+            now = time.monotonic()
+            while i < len(tokens) and (due + interval <= now or len(batch) * interval < MIN_CHUNK_S):
+                due += interval
+                batch.append(tokens[i])
+                i += 1
+            for _ in batch:
+                self._count_token()
+            if response is not None:
+                for kind in ("reasoning", "content"):
+                    text = "".join(t for k, t in batch if k == kind)
+                    if text:
+                        await self._sse(response, rid, created, {kind: text}, None)
 
     def _count_token(self) -> None:
         c = self.metrics.counters
