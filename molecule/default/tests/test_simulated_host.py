@@ -47,3 +47,16 @@ def test_preflight_changed_nothing_on_the_host(host):
     # The preflight is read-only: it leaves no file of its own behind on the host.
     assert not host.file("/var/lib/nvidia-standin/state.json").exists
     assert not host.file("/data/models").exists
+
+
+def test_gpu_containers_see_the_gpus_they_were_given(host):
+    # The stand-in runtime hook injects nvidia-smi and the hardware description, limited to the requested devices.
+    listing = host.check_output(f"""docker run --rm --gpus '"device=0,1"' {PROBE} ls -l /usr/bin/nvidia-smi""")
+    assert "nvidia-smi" in listing
+    hardware = json.loads(
+        host.check_output(f"""docker run --rm --gpus '"device=0,1"' {PROBE} cat /etc/nvidia-standin/gpus.json""")
+    )
+    assert hardware["count"] == 2
+    assert hardware["driver"] == "580.95.05"
+    everything = json.loads(host.check_output(f"docker run --rm --gpus all {PROBE} cat /etc/nvidia-standin/gpus.json"))
+    assert everything.get("count", 8) == 8
