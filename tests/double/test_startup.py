@@ -22,9 +22,8 @@ def started(run) -> bool:
         ("--kv-cache-dtype", "bf16", "argument --kv-cache-dtype: invalid choice: 'bf16' (choose from"),
         ("--dtype", "bf16", "argument --dtype: invalid choice: 'bf16' (choose from"),
         ("--tensor-parallel-size", "8.5", "argument --tensor-parallel-size/-tp: invalid int value: '8.5'"),
-        ("--attention-config", "{bad json", "argument --attention-config: invalid JSON"),
-        ("--speculative-config", '{"method": "mtp",', "argument --speculative-config: invalid JSON"),
-        ("--no-such-flag", None, "unrecognized arguments: --no-such-flag"),
+        ("--attention-config", "{bad json", "argument --attention-config/-ac: 1 validation error for AttentionConfig"),
+        ("--speculative-config", '{"method": "mtp",', "argument --speculative-config/-sc: Value {"),
     ],
 )
 def test_bad_arguments_exit_2_at_parse_time(launcher, flag, value, message):
@@ -34,11 +33,18 @@ def test_bad_arguments_exit_2_at_parse_time(launcher, flag, value, message):
     assert "Loading safetensors" not in run.log
 
 
+def test_unknown_flag_is_reported_by_the_top_level_parser(launcher):
+    run = launcher.start(["--no-such-flag"], wait=False)
+    assert launcher.finish(run) == 2
+    assert "vllm: error: unrecognized arguments: --no-such-flag" in run.log
+
+
 @pytest.mark.parametrize(("flag", "name"), [("--reasoning-parser", "glm99"), ("--tool-call-parser", "nosuch")])
 def test_unknown_parser_names_fail_with_exit_1_before_loading(launcher, flag, name):
     run = launcher.start([flag, name], wait=False)
     assert launcher.finish(run) == 1
-    assert f"KeyError: '{flag[2:].replace('-call', '').replace('-', ' ')}: {name} not found" in run.log
+    kind = "Reasoning" if flag == "--reasoning-parser" else "Tool"
+    assert f"KeyError: \"{kind} parser '{name}' not found. Available parsers:" in run.log
     assert "Loading safetensors" not in run.log
 
 

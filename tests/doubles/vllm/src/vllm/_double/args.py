@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 DTYPES = ["auto", "half", "float16", "bfloat16", "float", "float32"]
@@ -70,12 +71,27 @@ TOOL_CALL_PARSERS = [
 
 
 def _json(value: str) -> dict[str, Any]:
+    """JSON options parsed by json.loads (speculative, compilation): vLLM's message on failure."""
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"invalid JSON {value!r}: {exc}") from exc
+        raise argparse.ArgumentTypeError(f"Value {value} cannot be converted to {json.loads!r}.") from exc
     if not isinstance(parsed, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}")
+        raise argparse.ArgumentTypeError(f"Value {value} cannot be converted to {json.loads!r}.")
+    return parsed
+
+
+def _attention_config(value: str) -> dict[str, Any]:
+    """--attention-config is validated by a pydantic model in vLLM: its error names the model."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"1 validation error for AttentionConfig\n  Invalid JSON: {exc.msg.lower()} at line {exc.lineno} column "
+            f"{exc.colno} [type=json_invalid, input_value={value!r}, input_type=str]"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError("1 validation error for AttentionConfig\n  Input should be an object")
     return parsed
 
 
@@ -106,8 +122,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default=None)
-    p.add_argument("--attention-config", type=_json, default=None)
-    p.add_argument("--speculative-config", type=_json, default=None)
+    p.add_argument("--attention-config", "-ac", type=_attention_config, default=None)
+    p.add_argument("--speculative-config", "-sc", type=_json, default=None)
     p.add_argument("--compilation-config", "-O", type=_json, default=None)
     p.add_argument("--reasoning-parser", default=None)
     p.add_argument("--tool-call-parser", default=None)
@@ -129,7 +145,11 @@ def make_parser() -> argparse.ArgumentParser:
 def parse(argv: list[str]) -> argparse.Namespace:
     """Parse like `vllm serve`; argparse exits 2 with `vllm serve: error: ...` on bad input."""
     parser = make_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # reported by vLLM's top-level `vllm` parser, not by `vllm serve`
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"vllm: error: unrecognized arguments: {' '.join(unknown)}\n")
+        sys.exit(2)
     args.model = args.model or args.model_tag
     if not args.model:
         parser.error("the following arguments are required: model_tag")
@@ -142,7 +162,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def check_parsers(args: argparse.Namespace) -> str | None:
     """vLLM resolves parser names after argparse, before loading: an unknown name is a KeyError (exit 1)."""
     if args.reasoning_parser and args.reasoning_parser not in REASONING_PARSERS:
-        return f"KeyError: 'reasoning parser: {args.reasoning_parser} not found in ReasoningParserManager.'"
+        return (
+            f"KeyError: \"Reasoning parser '{args.reasoning_parser}' not found. Available parsers: "
+            f'{", ".join(REASONING_PARSERS)}"'
+        )
     if args.tool_call_parser and args.tool_call_parser not in TOOL_CALL_PARSERS:
-        return f"KeyError: 'tool parser: {args.tool_call_parser} not found in ToolParserManager.'"
+        return (
+            f"KeyError: \"Tool parser '{args.tool_call_parser}' not found. Available parsers: "
+            f'{", ".join(TOOL_CALL_PARSERS)}"'
+        )
     return None

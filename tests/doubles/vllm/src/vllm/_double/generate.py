@@ -63,6 +63,8 @@ class Plan:
     reasoning: list[str]
     content: list[str]
     tool_call: dict | None = None
+    tool_choice: str | dict | None = None
+    tools_offered: bool = False
 
 
 def _words(text: str) -> list[str]:
@@ -79,6 +81,8 @@ def plan_reply(
             reasoning=_words(f"The user needs {tool['name']}; I will call it. ") if reasoning_on else [],
             content=[],
             tool_call=tool,
+            tool_choice=tool_choice,
+            tools_offered=True,
         )
     match = _MULTIPLY.search(last)
     if match:
@@ -105,7 +109,7 @@ def plan_reply(
     if ignore_eos and max_tokens:  # benchmark mode: exactly max_tokens of output
         while len(reasoning) + len(content) < max_tokens:
             content += _words("and more text ")
-    return Plan(reasoning=reasoning, content=content)
+    return Plan(reasoning=reasoning, content=content, tool_choice=tool_choice, tools_offered=bool(tools))
 
 
 def _pick_tool(last: str, tools: list | None, tool_choice) -> dict | None:

@@ -14,8 +14,9 @@ def line(level: str, where: str, msg: str, proc: str | None = None) -> str:
 
 
 def emit(level: str, where: str, msg: str, proc: str | None = None) -> None:
-    sys.stderr.write(line(level, where, msg, proc) + "\n")
-    sys.stderr.flush()
+    """vLLM writes its log lines to stdout (tracebacks and progress bars go to stderr)."""
+    sys.stdout.write(line(level, where, msg, proc) + "\n")
+    sys.stdout.flush()
 
 
 def info(where: str, msg: str, proc: str | None = None) -> None:

@@ -53,7 +53,6 @@ class Metrics:
             "vllm:prompt_tokens_total": 0,
             "vllm:generation_tokens_total": 0,
             "vllm:num_preemptions_total": 0,
-            "vllm:request_success_total": 0,
             "vllm:spec_decode_num_drafts_total": 0,
             "vllm:spec_decode_num_draft_tokens_total": 0,
             "vllm:spec_decode_num_accepted_tokens_total": 0,
@@ -62,10 +61,12 @@ class Metrics:
     histograms: dict[str, Histogram] = field(
         default_factory=lambda: {
             "vllm:time_to_first_token_seconds": Histogram(),
-            "vllm:time_per_output_token_seconds": Histogram(),
+            "vllm:inter_token_latency_seconds": Histogram(),
+            "vllm:request_time_per_output_token_seconds": Histogram(),
             "vllm:e2e_request_latency_seconds": Histogram(),
         }
     )
+    finished: dict[str, int] = field(default_factory=dict)  # vllm:request_success_total by finished_reason
     running: int = 0
     waiting: int = 0
     kv_usage: float = 0.0
@@ -81,6 +82,13 @@ class Metrics:
             out += [f"# HELP {name} {name}", f"# TYPE {name} gauge", f"{name}{{{labels}}} {float(value)}"]
         for name, value in self.counters.items():
             out += [f"# HELP {name} {name}", f"# TYPE {name} counter", f"{name}{{{labels}}} {float(value)}"]
+        name = "vllm:request_success_total"
+        out += [f"# HELP {name} {name}", f"# TYPE {name} counter"]
+        for reason in ("stop", "length", "abort", "error", "tool_calls"):
+            out.append(
+                f'{name}{{engine="0",finished_reason="{reason}",model_name="{self.model}"}} '
+                f"{float(self.finished.get(reason, 0))}"
+            )
         for name, hist in self.histograms.items():
             out += [f"# HELP {name} {name}", f"# TYPE {name} histogram"]
             for le, count in zip(BUCKETS, hist.counts, strict=True):

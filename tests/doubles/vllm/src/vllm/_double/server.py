@@ -43,6 +43,7 @@ FORWARD_MHA_FRAMES = [
 ]
 
 
+FINGERPRINT = "vllm-0.26.0-d0ub1e00"
 MIN_CHUNK_S = 0.002  # below this pacing interval, tokens travel in shared chunks
 
 
@@ -151,7 +152,13 @@ class Server:
         try:
             body = await request.json()
         except json.JSONDecodeError as exc:
-            return error(400, f"JSON decode error: {exc}", "BadRequestError")
+            return error(
+                400,
+                "1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.0', "
+                f"'msg': 'JSON decode error', 'ctx': {{'error': '{exc.msg}'}}}}",
+                "Bad Request",
+                "body.0",
+            )
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return error(
                 400,
@@ -175,6 +182,15 @@ class Server:
             )
         n_prompt = prompt_tokens(body["messages"], tools)
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        if max_tokens and max_tokens > self.engine.max_model_len:
+            return error(
+                400,
+                f"max_tokens={max_tokens} cannot be greater than max_model_len="
+                f"{self.engine.max_model_len}. Please request fewer output tokens. "
+                f"(parameter=max_tokens, value={max_tokens})",
+                "BadRequestError",
+                "max_tokens",
+            )
         if n_prompt + (max_tokens or 0) > self.engine.max_model_len:
             return error(
                 400,
@@ -195,7 +211,7 @@ class Server:
         budget = max_tokens or (self.engine.max_model_len - n_prompt)
         stream = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        rid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
         created = int(time.time())
 
         self.metrics.waiting += 1
@@ -232,7 +248,8 @@ class Server:
         self.metrics.histograms["vllm:time_to_first_token_seconds"].observe(time.monotonic() - start)
         tokens: list[tuple[str, str]] = [("reasoning", t) for t in plan.reasoning]
         tokens += [("content", t) for t in plan.content]
-        finish = "tool_calls" if plan.tool_call else "stop"
+        named = isinstance(plan.tool_choice, dict)
+        finish = "tool_calls" if plan.tool_call and not named else "stop"
         if len(tokens) > budget:
             tokens, finish = tokens[:budget], "length"
         if plan.tool_call and finish == "length":
@@ -241,7 +258,24 @@ class Server:
         if stream:
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
             await response.prepare(request)
-            await self._sse(response, rid, created, {"role": "assistant", "content": ""}, None)
+            await self._event(
+                response,
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": self.engine.served_name,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                    "prompt_token_ids": None,
+                },
+            )
         self.decoding += 1
         try:
             await self._decode(tokens, response, rid, created)
@@ -251,30 +285,34 @@ class Server:
         elapsed = time.monotonic() - start
         self.metrics.histograms["vllm:e2e_request_latency_seconds"].observe(elapsed)
         if n_completion > 1:
-            self.metrics.histograms["vllm:time_per_output_token_seconds"].observe(elapsed / n_completion)
-        self.metrics.counters["vllm:request_success_total"] += 1
+            self.metrics.histograms["vllm:request_time_per_output_token_seconds"].observe(elapsed / n_completion)
+        self.metrics.finished[finish] = self.metrics.finished.get(finish, 0) + 1
+        n_reasoning = sum(1 for kind, _ in tokens if kind == "reasoning")
         usage = {
             "prompt_tokens": n_prompt,
             "total_tokens": n_prompt + n_completion,
             "completion_tokens": n_completion,
             "prompt_tokens_details": None,
+            "completion_tokens_details": {"reasoning_tokens": n_reasoning},
         }
         tool_calls = []
         if plan.tool_call:
             tool_calls = [
                 {
-                    "id": f"chatcmpl-tool-{uuid.uuid4().hex}",
+                    "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
                     "type": "function",
                     "function": {"name": plan.tool_call["name"], "arguments": plan.tool_call["arguments"]},
                 }
             ]
         reasoning = "".join(t for k, t in tokens if k == "reasoning") or None
-        content = "".join(t for k, t in tokens if k == "content") or None
+        # content: null when nothing was said; "" when the request offered tools (recorded from vLLM 0.32)
+        content = "".join(t for k, t in tokens if k == "content") or ("" if plan.tools_offered else None)
         if response is not None:
             if tool_calls:
                 await self._sse(response, rid, created, {"tool_calls": [dict(tool_calls[0], index=0)]}, None)
-            await self._sse(response, rid, created, {"content": ""}, finish)
+            await self._sse(response, rid, created, {}, finish)
             if include_usage:
+                chunk_usage = {k: v for k, v in usage.items() if k != "prompt_tokens_details"}
                 await self._event(
                     response,
                     {
@@ -283,7 +321,8 @@ class Server:
                         "created": created,
                         "model": self.engine.served_name,
                         "choices": [],
-                        "usage": usage,
+                        "usage": chunk_usage,
+                        "system_fingerprint": FINGERPRINT,
                     },
                 )
             await response.write(b"data: [DONE]\n\n")
@@ -296,8 +335,17 @@ class Server:
             "annotations": None,
             "audio": None,
             "function_call": None,
-            "tool_calls": tool_calls,
-            "reasoning": reasoning,
+        }
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        message["reasoning"] = reasoning
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": finish,
+            "stop_reason": None,
+            "token_ids": None,
         }
         return web.json_response(
             {
@@ -305,13 +353,12 @@ class Server:
                 "object": "chat.completion",
                 "created": created,
                 "model": self.engine.served_name,
-                "choices": [
-                    {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-                ],
+                "choices": [choice],
                 "service_tier": None,
-                "system_fingerprint": None,
+                "system_fingerprint": FINGERPRINT,
                 "usage": usage,
                 "prompt_logprobs": None,
+                "prompt_token_ids": None,
                 "kv_transfer_params": None,
             }
         )
@@ -361,7 +408,10 @@ class Server:
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": self.engine.served_name,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "token_ids": None}
+                    | ({"stop_reason": None} if finish else {})
+                ],
             },
         )
 
