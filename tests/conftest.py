@@ -1,4 +1,5 @@
-"""Shared helpers of the unit tests: import paths of the plugins and the nvidia-smi fixtures."""
+"""Shared helpers of the tests: import paths of the plugins, the nvidia-smi fixtures, and fixtures that run the
+vLLM test double (tests/doubles/vllm/harness.py) as local processes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # The plugins are plain modules (no Ansible import needed): load them by their file names.
-for _sub in ("plugins/module_utils", "plugins/filter"):
+for _sub in ("plugins/module_utils", "plugins/filter", "tests/doubles/vllm"):
     _path = str(ROOT / _sub)
     if _path not in sys.path:
         sys.path.insert(0, _path)
@@ -45,3 +46,29 @@ def real() -> Callable[[str], str]:
 def synthetic() -> Callable[[str], str]:
     """read a synthetic fixture file: synthetic("a800-x8-query.csv")."""
     return lambda name: read_fixture(SYNTHETIC / name)
+
+
+@pytest.fixture(scope="session")
+def installs(tmp_path_factory) -> dict[str, Path]:
+    """The double's vllm package, unpatched and with the sm80 overlay."""
+    from harness import make_installs
+
+    return make_installs(tmp_path_factory.mktemp("vllm-installs"))
+
+
+@pytest.fixture(scope="session")
+def weights(tmp_path_factory) -> Path:
+    """A small checkpoint shaped like GLM-5.2-NVFP4's (declared 433 GB)."""
+    from harness import make_weights
+
+    return make_weights(tmp_path_factory.mktemp("weights") / "GLM-5.2-NVFP4")
+
+
+@pytest.fixture
+def launcher(tmp_path, installs, weights):
+    """Starts the double as local processes; stops them after the test."""
+    from harness import Launcher
+
+    launcher = Launcher(tmp_path, installs, weights)
+    yield launcher
+    launcher.stop_all()

@@ -20,7 +20,7 @@ WEATHER_TOOL = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, installs, weights):
-    from conftest import Launcher
+    from harness import Launcher
 
     launcher = Launcher(tmp_path_factory.mktemp("api"), installs, weights)
     run = launcher.start(["--api-key", "sk-test-key"])

@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import ARTICLE_ARGS, DOUBLE, STANDIN_SMI
+from harness import ARTICLE_ARGS, DOUBLE, STANDIN_SMI
 
 BASE = "vllm/vllm-openai:v0.26.0"
 PATCHED = "a800-testbed/vllm-openai:v0.26.0-glm52-sm80-test"

@@ -37,6 +37,12 @@ def test_docker_run_gpus_all_starts_a_container(host):
     assert "NVIDIA_VISIBLE_DEVICES=all" in out.splitlines()
 
 
+def test_docker_run_gpus_all_lists_eight_gpus(host):
+    listing = host.check_output(f"docker run --rm --gpus all {PROBE} nvidia-smi -L").splitlines()
+    assert len(listing) == 8
+    assert all(line.startswith(f"GPU {i}: NVIDIA A800 80GB PCIe (UUID: GPU-") for i, line in enumerate(listing))
+
+
 def test_docker_run_gpus_by_device_index(host):
     # Docker's --gpus value is CSV: a device list needs its own quotes.
     out = host.check_output(f"""docker run --rm --gpus '"device=0,1"' {PROBE} env""")
@@ -51,8 +57,8 @@ def test_preflight_changed_nothing_on_the_host(host):
 
 def test_gpu_containers_see_the_gpus_they_were_given(host):
     # The stand-in runtime hook injects nvidia-smi and the hardware description, limited to the requested devices.
-    listing = host.check_output(f"""docker run --rm --gpus '"device=0,1"' {PROBE} ls -l /usr/bin/nvidia-smi""")
-    assert "nvidia-smi" in listing
+    listing = host.check_output(f"""docker run --rm --gpus '"device=0,1"' {PROBE} nvidia-smi -L""")
+    assert len(listing.splitlines()) == 2
     hardware = json.loads(
         host.check_output(f"""docker run --rm --gpus '"device=0,1"' {PROBE} cat /etc/nvidia-standin/gpus.json""")
     )
