@@ -44,7 +44,6 @@ images: deps  ## build the test-bed images and the stand-in apt repository (skip
 
 demo: venv images  ## run site.yml on the local simulated A800 host, ending with the checks' summary
 	ansible-playbook tests/testbed/sim-up.yml
-	ansible-playbook tests/testbed/prepare-standin-nvidia.yml
 	ansible-playbook site.yml
 
 demo-down:  ## remove the simulated host of the demo
@@ -56,7 +55,7 @@ lint: venv  ## yamllint, ansible-lint (production profile), ruff
 	ruff check .
 	ruff format --check .
 
-unit: venv images  ## unit tests and the vLLM test double's tests (local processes, its image)
+unit: venv contract-venv images  ## unit tests and the vLLM test double's tests (local processes, its image)
 	pytest -q -m "not contract"
 
 contract: venv contract-venv  ## the same client checks against the vLLM test double and a real vLLM (CPU)

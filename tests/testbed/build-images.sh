@@ -53,14 +53,16 @@ build_if_changed() {  # image, context dir
 build_if_changed "$sim" "$here/sim-host"
 build_if_changed "${VLLM_DOUBLE_IMAGE:-vllm/vllm-openai:v0.26.0}" "$here/../doubles/vllm"
 
-if ! docker image inspect "$probe" >/dev/null 2>&1; then
+probe_recipe="busybox-static; PATH with /usr/bin (the stand-in hook injects /usr/bin/nvidia-smi)"
+if [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$probe" 2>/dev/null)" != "$probe_recipe" ]; then
   echo "$probe: building from Debian's busybox-static"
   d=$(mktemp -d)
   (cd "$d" && apt-get download -q busybox-static >/dev/null && dpkg-deb -x busybox-static_*.deb x)
   mkdir -p "$d/img/bin"
   cp "$d/x/bin/busybox" "$d/img/bin/busybox"
   for c in sh env cat ls echo; do ln -s busybox "$d/img/bin/$c"; done
-  tar -C "$d/img" -c . | docker import -c 'ENV PATH=/bin' -c 'CMD ["/bin/sh"]' - "$probe" >/dev/null
+  tar -C "$d/img" -c . | docker import -c 'ENV PATH=/usr/local/bin:/usr/bin:/bin' -c 'CMD ["/bin/sh"]' \
+    -c "LABEL testbed.inputs=\"$probe_recipe\"" - "$probe" >/dev/null
   rm -rf "$d"
 fi
 

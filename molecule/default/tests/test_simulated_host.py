@@ -1,40 +1,72 @@
-"""The simulated A800 host after site.yml: GPUs visible through the stand-in driver, Docker with the nvidia
-runtime, and `docker run --gpus all` working after the toolkit install and a dockerd restart."""
+"""The simulated A800 host after site.yml: the pinned and held driver and toolkit, nouveau blacklisted, the
+persistence daemon, daemon.json merged (the operator's keys kept), and `docker run --gpus all` seeing 8 GPUs."""
 
 import json
 
+import pytest
+
 PROBE = "a800-testbed/probe:latest"
+DRIVER = "580.95.05-0ubuntu1"
+TOOLKIT = "1.17.8-1"
+DRIVER_PACKAGES = ("nvidia-driver-580-open", "nvidia-utils-580", "nvidia-compute-utils-580")
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+                    "libnvidia-container1")  # fmt: skip
 
 
-def test_nvidia_smi_lists_eight_a800(host):
-    out = host.check_output("nvidia-smi -L")
-    lines = out.splitlines()
-    assert len(lines) == 8
-    assert all("NVIDIA A800 80GB PCIe" in line for line in lines)
+def selections(host):
+    out = host.check_output("dpkg --get-selections")
+    return dict(line.split() for line in out.splitlines())
 
 
-def test_toolkit_packages_are_the_pinned_set(host):
-    for name in (
-        "nvidia-container-toolkit",
-        "nvidia-container-toolkit-base",
-        "libnvidia-container-tools",
-        "libnvidia-container1",
-    ):
-        pkg = host.package(name)
-        assert pkg.is_installed
-        assert pkg.version == "1.17.8-1"
+@pytest.mark.parametrize(("name", "version"), [(p, DRIVER) for p in DRIVER_PACKAGES]
+                         + [(p, TOOLKIT) for p in TOOLKIT_PACKAGES])  # fmt: skip
+def test_packages_are_pinned_and_held(host, name, version):
+    pkg = host.package(name)
+    assert pkg.is_installed
+    assert pkg.version == version
+    assert selections(host)[name] == "hold"
 
 
-def test_docker_knows_the_nvidia_runtime(host):
+def test_a_newer_driver_is_available_but_not_installed(host):
+    policy = host.check_output("apt-cache policy nvidia-utils-580")
+    assert "580.105.08-0ubuntu1" in policy  # the repository offers it ...
+    assert host.package("nvidia-utils-580").version == DRIVER  # ... the pin keeps 580.95.05
+
+
+def test_proprietary_flavour_not_installed(host):
+    assert not host.package("nvidia-driver-580").is_installed
+
+
+def test_unattended_upgrades_keep_away(host):
+    content = host.file("/etc/apt/apt.conf.d/51nvidia-driver-no-unattended-upgrade").content_string
+    assert '"nvidia-";' in content and '"libnvidia-";' in content
+
+
+def test_nouveau_is_blacklisted(host):
+    content = host.file("/etc/modprobe.d/blacklist-nouveau.conf").content_string
+    assert "blacklist nouveau" in content.splitlines()
+    assert "options nouveau modeset=0" in content.splitlines()
+
+
+def test_persistence_daemon_runs_and_gpus_are_persistent(host):
+    service = host.service("nvidia-persistenced")
+    assert service.is_enabled and service.is_running
+    modes = host.check_output("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").splitlines()
+    assert modes == ["Enabled"] * 8
+
+
+def test_no_fabric_manager_without_nvswitch(host):
+    assert not host.package("nvidia-fabricmanager-580").is_installed
+
+
+def test_daemon_json_merged_keeping_the_operators_keys(host):
     daemon = json.loads(host.file("/etc/docker/daemon.json").content_string)
-    assert daemon["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
-    runtimes = host.check_output("docker info --format '{{json .Runtimes}}'")
-    assert "nvidia" in json.loads(runtimes)
-
-
-def test_docker_run_gpus_all_starts_a_container(host):
-    out = host.check_output(f"docker run --rm --gpus all {PROBE} env")
-    assert "NVIDIA_VISIBLE_DEVICES=all" in out.splitlines()
+    assert daemon["log-driver"] == "json-file"
+    assert daemon["log-opts"] == {"max-size": "50m", "max-file": "3"}
+    assert daemon["runtimes"]["nvidia"] == {"args": [], "path": "nvidia-container-runtime"}
+    assert "default-runtime" not in daemon
+    runtimes = json.loads(host.check_output("docker info --format '{{json .Runtimes}}'"))
+    assert "nvidia" in runtimes
 
 
 def test_docker_run_gpus_all_lists_eight_gpus(host):
@@ -47,22 +79,12 @@ def test_docker_run_gpus_by_device_index(host):
     # Docker's --gpus value is CSV: a device list needs its own quotes.
     out = host.check_output(f"""docker run --rm --gpus '"device=0,1"' {PROBE} env""")
     assert "NVIDIA_VISIBLE_DEVICES=0,1" in out.splitlines()
-
-
-def test_preflight_changed_nothing_on_the_host(host):
-    # The preflight is read-only: it leaves no file of its own behind on the host.
-    assert not host.file("/var/lib/nvidia-standin/state.json").exists
-    assert not host.file("/data/models").exists
-
-
-def test_gpu_containers_see_the_gpus_they_were_given(host):
-    # The stand-in runtime hook injects nvidia-smi and the hardware description, limited to the requested devices.
     listing = host.check_output(f"""docker run --rm --gpus '"device=0,1"' {PROBE} nvidia-smi -L""")
     assert len(listing.splitlines()) == 2
-    hardware = json.loads(
-        host.check_output(f"""docker run --rm --gpus '"device=0,1"' {PROBE} cat /etc/nvidia-standin/gpus.json""")
-    )
-    assert hardware["count"] == 2
-    assert hardware["driver"] == "580.95.05"
-    everything = json.loads(host.check_output(f"docker run --rm --gpus all {PROBE} cat /etc/nvidia-standin/gpus.json"))
-    assert everything.get("count", 8) == 8
+
+
+def test_sysctls_and_limits_written(host):
+    sysctl = host.file("/etc/sysctl.d/90-gpu-serving.conf").content_string
+    assert "vm.swappiness=1" in sysctl and "kernel.numa_balancing=0" in sysctl
+    limits = host.file("/etc/security/limits.d/90-gpu-serving.conf").content_string
+    assert "memlock" in limits and "unlimited" in limits
