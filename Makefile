@@ -8,7 +8,7 @@ export ANSIBLE_HOME := $(CURDIR)/.ansible-home
 export ANSIBLE_FORCE_COLOR ?= true
 PYTHON ?= python3
 
-.PHONY: help deps venv contract-venv lock images demo demo-down lint unit contract bench-double molecule test clean
+.PHONY: help deps venv contract-venv lock images demo demo-down lint unit contract bench-double bench-prewarm molecule test clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -60,6 +60,9 @@ unit: venv contract-venv images  ## unit tests and the vLLM test double's tests 
 
 contract: venv contract-venv  ## the same client checks against the vLLM test double and a real vLLM (CPU)
 	pytest -q -m contract tests/contract
+
+bench-prewarm: deps  ## the weights prewarm against vmtouch, fio, cat and O_DIRECT (root; GIB=12 by default)
+	python3 scripts/bench-prewarm --gib $${GIB:-12}
 
 bench-double: venv  ## the test double's speed model against the article's baselines (prints figures)
 	python tests/doubles/vllm/bench_speed.py

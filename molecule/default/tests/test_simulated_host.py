@@ -88,3 +88,17 @@ def test_sysctls_and_limits_written(host):
     assert "vm.swappiness=1" in sysctl and "kernel.numa_balancing=0" in sysctl
     limits = host.file("/etc/security/limits.d/90-gpu-serving.conf").content_string
     assert "memlock" in limits and "unlimited" in limits
+
+
+def test_weights_are_in_the_page_cache(host):
+    # fincore (util-linux) reads the residency independently of the role's own mincore code.
+    out = host.check_output("fincore --bytes --noheadings --output RES,SIZE /data/models/GLM-5.2-NVFP4/*.safetensors")
+    rows = [line.split() for line in out.splitlines()]
+    assert len(rows) == 8
+    resident, size = (sum(int(row[i]) for row in rows) for i in (0, 1))
+    assert resident >= 0.99 * size  # the role's threshold (weights_residency_threshold_pct)
+
+
+def test_prewarm_progress_file_says_finished(host):
+    progress = json.loads(host.file("/run/weights-prewarm-progress.json").content_string)
+    assert progress["finished"] is True

@@ -1,0 +1,106 @@
+"""Page-cache residency, prewarm and the RAM guard (plugins/module_utils/pagecache.py), on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pagecache
+import pytest
+
+MIB = 1024 * 1024
+
+
+def evict(paths):
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+@pytest.fixture
+def shards(tmp_path):
+    block = os.urandom(MIB)
+    paths = []
+    for k in range(3):
+        path = tmp_path / "snapshot" / f"model-{k:05d}.safetensors"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(block * (16 + k))
+        paths.append(str(path))
+    (tmp_path / "snapshot" / "config.json").write_text("{}")
+    return paths
+
+
+def test_weight_files_follow_symlinks(tmp_path, shards):
+    link_dir = tmp_path / "hf"
+    link_dir.mkdir()
+    for path in shards:
+        (link_dir / os.path.basename(path)).symlink_to(path)
+    assert pagecache.weight_files(str(link_dir)) == sorted(os.path.realpath(p) for p in shards)
+
+
+def test_residency_drops_after_eviction_and_prewarm_restores_it(shards):
+    evict(shards)
+    cold = pagecache.residency(shards)
+    assert cold["bytes"] == (16 + 17 + 18) * MIB
+    assert cold["percent"] < 50
+    result = pagecache.prewarm(shards, workers=2)
+    assert result["read_bytes"] >= cold["bytes"] - cold["resident_bytes"]
+    assert result["after"]["percent"] == 100.0
+
+
+def test_a_resident_set_is_not_read_again(shards):
+    pagecache.prewarm(shards, workers=2)
+    again = pagecache.prewarm(shards, workers=2)
+    assert again["read_bytes"] == 0
+    assert again["before"]["percent"] == 100.0
+
+
+def test_progress_is_reported_and_reaches_the_total(shards):
+    evict(shards)
+    seen = []
+    pagecache.prewarm(shards, workers=1, on_progress=seen.append, every_s=0.01)
+    assert seen, "no progress reported"
+    done = [s["done_bytes"] for s in seen]
+    assert done == sorted(done)
+    assert done[-1] == seen[-1]["total_bytes"] > 0
+
+
+def test_ram_guard_refuses_with_the_numbers():
+    gib = 1024**3
+    mem = {"MemTotal": 64 * gib, "MemAvailable": 40 * gib}
+    assert pagecache.ram_guard(30 * gib, 8 * gib, mem) is None
+    message = pagecache.ram_guard(433 * 10**9, 64 * 10**9, mem)
+    assert message and "403.3 GiB" in message and "40.0 GiB available" in message
+    assert "MemTotal 64.0 GiB" in message
+
+
+def test_default_workers_scale_with_cpus():
+    assert pagecache.default_workers(2) == 4
+    assert pagecache.default_workers(16) == 32
+    assert pagecache.default_workers(64) == 32
+    assert pagecache.default_workers(16, rotational=True) == 2
+
+
+def test_module_refuses_through_the_ram_guard(shards):
+    """The pagecache_prewarm module, run by Ansible on this machine, refuses weights that cannot stay resident."""
+    root = Path(__file__).resolve().parents[2]
+    evict(shards)
+    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_NOCOLOR="1")
+    args = f"path={os.path.dirname(shards[0])} headroom_gb=1000000"
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+         "-m", "pagecache_prewarm", "-a", args, "-e", f"ansible_python_interpreter={sys.executable}"],
+        capture_output=True, text=True, env=env, cwd=root, timeout=120)  # fmt: skip
+    assert run.returncode != 0
+    # ansible.cfg enables profile_tasks, whose timing lines come before and after the JSON document
+    out = json.loads(run.stdout[run.stdout.index("{\n") : run.stdout.rindex("}") + 1])
+    result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert result["msg"].startswith("RAM guard: the weights (0.0 GiB) cannot stay in the page cache")
+    assert result["residency"]["percent"] < 50  # it measured, and read nothing
