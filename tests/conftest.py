@@ -72,3 +72,33 @@ def launcher(tmp_path, installs, weights):
     launcher = Launcher(tmp_path, installs, weights)
     yield launcher
     launcher.stop_all()
+
+
+def ansible_adhoc(*args: str) -> tuple[int, dict | None, str]:
+    """Run `ansible ARGS` (a project module on this machine) with the JSON callback from the repository root.
+    Returns (exit code, the JSON document or None, the raw output)."""
+    import json
+    import os
+    import subprocess
+
+    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_NOCOLOR="1")
+    run = subprocess.run([str(Path(sys.executable).parent / "ansible"), *args,
+                          "-e", f"ansible_python_interpreter={sys.executable}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = run.stdout
+    # ansible.cfg enables profile_tasks, whose timing lines come before and after the JSON document
+    document = json.loads(out[out.index("{\n") : out.rindex("}") + 1]) if "{\n" in out else None
+    return run.returncode, document, out + run.stderr
+
+
+def evict_from_page_cache(paths) -> None:
+    """Drop the files' pages from the page cache (posix_fadvise DONTNEED), so that a test starts cold."""
+    import os
+
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

@@ -35,18 +35,10 @@ import glob  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.pagecache import meminfo  # noqa: E402
 
 GIB = 1024**3
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-
-
-def meminfo() -> dict[str, int]:
-    values = {}
-    with open("/proc/meminfo", encoding="ascii") as handle:
-        for line in handle:
-            key, _, rest = line.partition(":")
-            values[key] = int(rest.split()[0]) * 1024
-    return values
 
 
 def mount_of(path: str) -> tuple[str, str, str]:

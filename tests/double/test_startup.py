@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
 import requests
+from conftest import evict_from_page_cache
 
 LOAD_TOOK = re.compile(r"Loading weights took ([0-9.]+) seconds")
 
@@ -140,13 +140,7 @@ def test_tp8_fits_and_reports_kv_cache(launcher):
 
 # --- loading: the shards are read, the page cache decides the time --------------------------------------------------
 def evict(path):
-    for shard in path.glob("*.safetensors"):
-        fd = os.open(shard, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    evict_from_page_cache(path.glob("*.safetensors"))
 
 
 def test_progress_lines_for_every_shard(launcher):

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pagecache
 import pytest
+from conftest import ansible_adhoc, evict_from_page_cache
 
 MIB = 1024 * 1024
 
 
-def evict(paths):
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+evict = evict_from_page_cache
 
 
 @pytest.fixture
@@ -90,17 +80,10 @@ def test_default_workers_scale_with_cpus():
 
 def test_module_refuses_through_the_ram_guard(shards):
     """The pagecache_prewarm module, run by Ansible on this machine, refuses weights that cannot stay resident."""
-    root = Path(__file__).resolve().parents[2]
     evict(shards)
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_NOCOLOR="1")
-    args = f"path={os.path.dirname(shards[0])} headroom_gb=1000000"
-    run = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
-         "-m", "pagecache_prewarm", "-a", args, "-e", f"ansible_python_interpreter={sys.executable}"],
-        capture_output=True, text=True, env=env, cwd=root, timeout=120)  # fmt: skip
-    assert run.returncode != 0
-    # ansible.cfg enables profile_tasks, whose timing lines come before and after the JSON document
-    out = json.loads(run.stdout[run.stdout.index("{\n") : run.stdout.rindex("}") + 1])
+    rc, out, raw = ansible_adhoc("localhost", "-c", "local", "-i", "localhost,", "-m", "pagecache_prewarm",
+                                 "-a", f"path={os.path.dirname(shards[0])} headroom_gb=1000000")  # fmt: skip
+    assert rc != 0 and out, raw
     result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert result["msg"].startswith("RAM guard: the weights (0.0 GiB) cannot stay in the page cache")
     assert result["residency"]["percent"] < 50  # it measured, and read nothing

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pcie_acs
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ansible_adhoc
 from pcie_acs import (
     bridges_above,
     format_flags,
@@ -364,26 +362,9 @@ def test_module_returns_facts_in_check_mode(tmp_path):
     fake = tmp_path / "lspci"  # test double: prints the synthetic listing whatever it is asked
     fake.write_text(f"#!/bin/sh\ncat '{SYNTHETIC / 'a800-x8-plx-acs-on' / 'lspci-vvv.txt'}'\n")
     fake.chmod(0o755)
-    env = dict(
-        os.environ,
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="json",
-        ANSIBLE_NOCOLOR="1",
-    )
-    result = subprocess.run(
-        [
-            *(str(ansible), "localhost", "-c", "local", "-i", "localhost,", "--check", "-m", "pcie_acs_facts"),
-            *("-a", f"lspci={fake}", "-e", f"ansible_python_interpreter={sys.executable}"),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    # ansible.cfg enables profile_tasks, whose timing lines come before and after the JSON document
-    out = json.loads(result.stdout[result.stdout.index("{\n") : result.stdout.rindex("}") + 1])
+    rc, out, raw = ansible_adhoc("localhost", "-c", "local", "-i", "localhost,", "--check", "-m", "pcie_acs_facts",
+                                 "-a", f"lspci={fake}")  # fmt: skip
+    assert rc == 0 and out, raw
     task = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
     facts = task["ansible_facts"]["pcie_acs_facts"]
     assert task["changed"] is False

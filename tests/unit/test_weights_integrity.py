@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import weights_integrity
-from conftest import ROOT
+from conftest import ROOT, ansible_adhoc
 from weights_integrity import check_checkpoint, error_lines, parse_header, parse_manifest, summary
 
 MAKE_TEST_WEIGHTS = ROOT / "tests" / "testbed" / "make_test_weights.py"
@@ -406,22 +406,12 @@ def test_module_in_check_mode(tmp_path):
         write_manifest(root)
     shutil.copy(good / SHARD1, good / "model-00001-of-00009.safetensors")  # a stray: warning only
     (bad / SHARD2).write_bytes((bad / SHARD2).read_bytes()[:-100])
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_NOCOLOR="1")
-    result = subprocess.run(
-        [
-            *(str(ansible), "all", "-c", "local", "-i", "good,bad,", "--check", "-m", "weights_verify"),
-            *("-a", "path={{ ckpts[inventory_hostname] }} manifest=SHA256SUMS workers=2"),
-            *("-e", json.dumps({"ckpts": {"good": str(good), "bad": str(bad)}})),
-            *("-e", f"ansible_python_interpreter={sys.executable}"),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    rc, out, raw = ansible_adhoc(
+        *("all", "-c", "local", "-i", "good,bad,", "--check", "-m", "weights_verify"),
+        *("-a", "path={{ ckpts[inventory_hostname] }} manifest=SHA256SUMS workers=2"),
+        *("-e", json.dumps({"ckpts": {"good": str(good), "bad": str(bad)}})),
     )
-    assert result.returncode == 2, result.stdout + result.stderr  # a host failed
-    out = json.loads(result.stdout[result.stdout.index("{\n") : result.stdout.rindex("}") + 1])
+    assert rc == 2 and out, raw  # a host failed
     hosts = out["plays"][0]["tasks"][0]["hosts"]
 
     ok = hosts["good"]

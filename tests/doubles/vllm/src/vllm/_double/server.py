@@ -258,24 +258,8 @@ class Server:
         if stream:
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
             await response.prepare(request)
-            await self._event(
-                response,
-                {
-                    "id": rid,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": self.engine.served_name,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    ],
-                    "prompt_token_ids": None,
-                },
-            )
+            first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            await self._event(response, self._chunk(rid, created, [first], prompt_token_ids=None))
         self.decoding += 1
         try:
             await self._decode(tokens, response, rid, created)
@@ -314,16 +298,7 @@ class Server:
             if include_usage:
                 chunk_usage = {k: v for k, v in usage.items() if k != "prompt_tokens_details"}
                 await self._event(
-                    response,
-                    {
-                        "id": rid,
-                        "object": "chat.completion.chunk",
-                        "created": created,
-                        "model": self.engine.served_name,
-                        "choices": [],
-                        "usage": chunk_usage,
-                        "system_fingerprint": FINGERPRINT,
-                    },
+                    response, self._chunk(rid, created, [], usage=chunk_usage, system_fingerprint=FINGERPRINT)
                 )
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
@@ -400,20 +375,21 @@ class Server:
             c["vllm:spec_decode_num_accepted_tokens_total"] += 1.8 / 2.8
             self.spec_since_log += 1
 
+    def _chunk(self, rid: str, created: int, choices: list, **extra) -> dict:
+        return {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": self.engine.served_name,
+            "choices": choices,
+            **extra,
+        }
+
     async def _sse(self, response, rid, created, delta: dict, finish: str | None) -> None:
-        await self._event(
-            response,
-            {
-                "id": rid,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": self.engine.served_name,
-                "choices": [
-                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "token_ids": None}
-                    | ({"stop_reason": None} if finish else {})
-                ],
-            },
-        )
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "token_ids": None}
+        if finish:
+            choice["stop_reason"] = None
+        await self._event(response, self._chunk(rid, created, [choice]))
 
     @staticmethod
     async def _event(response, payload: dict) -> None:
