@@ -102,3 +102,9 @@ def test_weights_are_in_the_page_cache(host):
 def test_prewarm_progress_file_says_finished(host):
     progress = json.loads(host.file("/run/weights-prewarm-progress.json").content_string)
     assert progress["finished"] is True
+
+
+def test_cdi_specification_lists_every_gpu(host):
+    spec = json.loads(host.file("/etc/cdi/nvidia.yaml").content_string)  # YAML, written as JSON by nvidia-ctk
+    assert spec["kind"] == "nvidia.com/gpu"
+    assert sorted(d["name"] for d in spec["devices"]) == sorted([*map(str, range(8)), "all"])
