@@ -149,11 +149,15 @@ def _warm_chunk(path: str, m: _Mapping, offset: int, length: int, progress: Prog
 
 
 def prewarm(
-    paths: list[str], workers: int, on_progress: Callable[[dict], None] | None = None, every_s: float = 1.0
+    paths: list[str],
+    workers: int,
+    on_progress: Callable[[dict], None] | None = None,
+    every_s: float = 1.0,
+    before: dict | None = None,
 ) -> dict[str, object]:
     """Bring every page of the files into the page cache, `workers` chunks at a time. Chunks already resident
     are skipped, so a warm set costs one residency pass. Returns residency before/after and the read rate."""
-    before = residency(paths)
+    before = before or residency(paths)  # a caller that just measured passes its figure
     maps = {p: _Mapping(p) for p in paths}
     todo: queue.Queue[tuple[str, int, int]] = queue.Queue()
     need = 0

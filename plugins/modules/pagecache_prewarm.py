@@ -112,6 +112,7 @@ def main() -> None:
             files,
             workers,
             on_progress=lambda snap: write_progress(progress_file, {**snap, "finished": False, "workers": workers}),
+            before=before,
         )
         result.update(
             changed=True,
