@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import uuid
 
@@ -78,7 +79,7 @@ class Server:
 
     @web.middleware
     async def auth(self, request: web.Request, handler):
-        key = self.args.api_key
+        key = self.args.api_key or os.environ.get("VLLM_API_KEY")  # --api-key wins, as in vLLM
         if key and request.path.startswith("/v1") and request.headers.get("Authorization") != f"Bearer {key}":
             return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)

@@ -1,0 +1,201 @@
+"""The serving phase on two simulated A800 hosts, after site.yml converged them (and a re-run changed nothing).
+
+The tests run in file order: the server is up; a no-op re-run restarts nothing; each failure mode stops before a
+restart with its rule, or fails at runtime with its diagnosis and the last known-good server restored; a change
+rolls over the hosts one at a time and stops at the first failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+SIM_VARS = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/simulated_host.yml").read_text())
+H1, H2 = "a800-mol-serve-1", "a800-mol-serve-2"
+NAME = "glm52-nvfp4"
+STATE = f"/etc/a800-vllm/{NAME}"
+
+
+def only_once(host) -> None:
+    """Tests that drive playbooks themselves run once (testinfra parametrizes every test over both hosts)."""
+    if host.backend.get_hostname() != H1:
+        pytest.skip("drives the playbooks once, from the first host's run")
+
+
+def playbook(*args: str, playbook: str = "playbooks/serve.yml") -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_INVENTORY=str(INVENTORY))
+    return subprocess.run(
+        ["ansible-playbook", playbook, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def container(name: str) -> dict:
+    out = subprocess.run(
+        ["docker", "exec", name, "docker", "inspect", NAME], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)[0]
+
+
+def config_hash(name: str) -> str:
+    return container(name)["Config"]["Labels"]["io.a800-vllm.config-hash"]
+
+
+def started(name: str) -> str:
+    return container(name)["State"]["StartedAt"]
+
+
+def http(name: str, path: str) -> tuple[int, str]:
+    out = subprocess.run(
+        [
+            "docker",
+            "exec",
+            name,
+            "curl",
+            "-s",
+            "-o",
+            "/dev/stdout",
+            "-w",
+            "\n%{http_code}",
+            f"http://127.0.0.1:8001{path}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    body, _, code = out.stdout.rpartition("\n")
+    return int(code or 0), body
+
+
+def profile_override(**launch) -> str:
+    """-e model_profile_overrides: the simulated host's own overrides plus launch changes (extra vars replace)."""
+    merged = dict(SIM_VARS["model_profile_overrides"], launch=launch)
+    return json.dumps({"model_profile_overrides": merged})
+
+
+def ts(docker_time: str) -> float:
+    return datetime.fromisoformat(docker_time[:26].rstrip("Z") + "+00:00").timestamp()
+
+
+def test_server_is_up_with_the_sparse_backend(host):
+    state = host.check_output(f"docker inspect -f '{{{{.State.Status}}}} {{{{.RestartCount}}}}' {NAME}")
+    assert state == "running 0"
+    log = host.check_output(f"docker logs {NAME} 2>&1")
+    assert "Using TRITON_MLA_SPARSE backend." in log
+    assert "Application startup complete." in log
+    code, body = http(host.backend.get_hostname(), "/v1/models")
+    assert code == 200 and json.loads(body)["data"][0]["id"] == "glm-5.2-nvfp4"
+
+
+def test_launch_is_recorded_and_the_key_file_is_private(host):
+    launch = json.loads(host.file(f"{STATE}/launch.json").content_string)
+    assert launch["labels"]["io.a800-vllm.config-hash"] == config_hash(host.backend.get_hostname())
+    assert "--attention-backend TRITON_MLA_SPARSE" in launch["command_line"]
+    assert host.file(f"{STATE}/last-good.json").exists
+    key = host.file(f"{STATE}/api-key")
+    assert key.mode == 0o600 and key.user == "root"
+
+
+def test_idempotence_did_not_restart_the_server(host):
+    """last-good.json is written when the first start became ready and not rewritten by an unchanged run."""
+    good = host.file(f"{STATE}/last-good.json").mtime.timestamp()
+    assert ts(started(host.backend.get_hostname())) < good
+
+
+def test_noop_rerun_of_site_changes_and_restarts_nothing(host):
+    only_once(host)
+    before = started(H1)
+    t0 = time.monotonic()
+    run = playbook("--limit", H1, playbook="site.yml")
+    wall = time.monotonic() - t0
+    assert run.returncode == 0, run.stdout[-3000:]
+    recap = [line for line in run.stdout.splitlines() if line.startswith(H1) and "ok=" in line][-1]
+    assert "changed=0" in recap
+    assert started(H1) == before
+    print(f"no-op re-run of site.yml on one simulated host: {wall:.1f} s wall")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        pytest.param(["-e", profile_override(kv_cache_dtype="bf16")], ["kv_cache_dtype", "bfloat16"], id="bf16"),
+        pytest.param(
+            ["-e", profile_override(attention_config={"sparse_mla_force_mqa": False})],
+            ["sparse_mla_force_mqa", "NotImplementedError", "sparse_mla_force_mqa: true"],
+            id="no-force-mqa",
+        ),
+        pytest.param(
+            ["-e", profile_override(tensor_parallel_size=4)],
+            ["tensor_parallel_memory", "CUDA out of memory", "tensor_parallel_size to 8"],
+            id="tp4-out-of-memory",
+        ),
+        pytest.param(
+            ["-e", "serve_ready_timeout_s=600"], ["ready_timeout", "serve_ready_timeout_s"], id="ready-timeout"
+        ),
+        pytest.param(
+            ["-e", "image_overlay_dir=/nonexistent-overlay"], ["image_overlay_dir"], id="unpatched-image-no-overlay"
+        ),
+    ],
+)
+def test_failure_mode_stops_before_any_restart(host, args, says):
+    only_once(host)
+    before, hash_before = started(H1), config_hash(H1)
+    run = playbook("--limit", H1, *args)
+    assert run.returncode != 0
+    for text in says:
+        assert text in run.stdout, run.stdout[-4000:]
+    assert started(H1) == before and config_hash(H1) == hash_before  # the running server was left alone
+    assert http(H1, "/health")[0] == 200
+
+
+def test_runtime_failure_is_diagnosed_and_the_last_good_launch_restored(host):
+    """A ready timeout that validation was told to skip: the engine gives up, the log names the cause, the
+    previous server comes back."""
+    only_once(host)
+    hash_before = config_hash(H1)
+    run = playbook("--limit", H1, "-e", "serve_ready_timeout_s=60", "-e", '{"serve_validate_skip": ["ready_timeout"]}')
+    assert run.returncode != 0
+    assert "DIAGNOSIS engine_ready_timeout" in run.stdout, run.stdout[-4000:]
+    assert "VLLM_ENGINE_READY_TIMEOUT_S" in run.stdout
+    assert "ROLLBACK: restored the last known-good launch " + hash_before in run.stdout
+    assert config_hash(H1) == hash_before and http(H1, "/health")[0] == 200
+    failed_logs = subprocess.run(
+        ["docker", "exec", H1, "sh", "-c", f"ls {STATE}/failed-*.log"], capture_output=True, text=True
+    ).stdout
+    assert failed_logs.strip()
+
+
+def test_a_change_rolls_one_host_at_a_time(host):
+    only_once(host)
+    hashes = {h: config_hash(h) for h in (H1, H2)}
+    run = playbook("-e", '{"serve_extra_args": ["--max-log-len", "100"]}')
+    assert run.returncode == 0, run.stdout[-4000:]
+    for h in (H1, H2):
+        assert config_hash(h) != hashes[h]
+    ready_h1 = [
+        line.split()[0]
+        for line in subprocess.run(
+            ["docker", "exec", H1, "docker", "logs", "-t", NAME], capture_output=True, text=True
+        ).stdout.splitlines()
+        if "Application startup complete." in line
+    ][-1]
+    assert ts(started(H2)) > ts(ready_h1)  # host 2 went down only after host 1 served again
+
+
+def test_a_failing_change_stops_at_the_first_host(host):
+    only_once(host)
+    before_h2, hash_h2 = started(H2), config_hash(H2)
+    run = playbook(
+        "-e", "serve_ready_timeout_s=60", "-e", '{"serve_validate_skip": ["ready_timeout"], "serve_rollback": false}'
+    )
+    assert run.returncode != 0
+    assert "no rollback: serve_rollback is false" in run.stdout
+    assert started(H2) == before_h2 and config_hash(H2) == hash_h2  # never reached
+    assert http(H2, "/health")[0] == 200

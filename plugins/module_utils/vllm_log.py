@@ -1,0 +1,265 @@
+"""Reading a vLLM container's log: load progress, the model profile's log markers, and a diagnosis of failures
+against an error catalogue that is data (roles/serve/defaults/main/catalogue.yml, `serve_error_catalogue`).
+
+Pure functions over lists of log lines (no I/O, no Ansible import): the vllm_readiness module uses them on the
+serving host, the unit tests on the control node. The startup lines recognised here are those of vLLM 0.26 … 0.32
+(and of the test double in tests/doubles/vllm):
+
+    Loading safetensors checkpoint shards:  46% Completed | 37/80 [02:41<03:10,  0.23it/s]   (tqdm, `\\r`-separated)
+    Model loading took 54.1 GiB memory and 352.0 seconds
+    GPU KV cache size: 1,234,567 tokens                          (`CPU KV cache size` on the CPU build)
+    Graph capturing finished in 66 secs, took 2.40 GiB
+    Starting vLLM API server 0 on http://0.0.0.0:8001             (0.32: `Starting vLLM server on http://…`)
+    Application startup complete.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# The phases of a start, in order; `phase` is the furthest one the log has reached.
+PHASES = ("starting", "loading_weights", "weights_loaded", "kv_cache", "graphs", "api_starting", "ready")
+
+SHARDS_RE = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)% Completed \| (\d+)/(\d+)")
+# tqdm's elapsed time on the same line: `[02:41<03:10, …]` or `[1:02:41<…]`
+BAR_ELAPSED_RE = re.compile(r"\|\s*\d+/\d+ \[(?:(\d+):)?(\d+):(\d+)<")
+MODEL_LOADED_RE = re.compile(r"Model loading took ([\d.]+) GiB memory and ([\d.]+) seconds")
+KV_CACHE_RE = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
+GRAPHS_RE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
+API_STARTING_RE = re.compile(r"Starting vLLM (?:API )?server")
+READY_LINE = "Application startup complete."
+# The engine is gone while the API server process may still run (and answer /health with 503).
+ENGINE_DEAD_RE = re.compile(
+    r"EngineCore encountered a fatal error|Engine core initialization failed|EngineDeadError|EngineCore failed to start"
+)
+TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)")
+
+MAX_MATCH_LINES = 5  # matching lines kept per diagnosis
+CONTEXT_LINES = 15  # lines of context ending at the first match
+TRACEBACK_LOOKBACK = 60  # how far back a traceback's header is looked for, to keep it in the context
+MAX_LINE_CHARS = 1000  # lines in results are cut to this (vLLM's config line runs to several KB)
+
+
+def split_lines(text: str) -> list[str]:
+    """The log's lines, split on `\\n` and on `\\r` (tqdm redraws its bar with `\\r`); empty lines dropped."""
+    return [line for line in re.split(r"\r\n|\r|\n", text) if line.strip()]
+
+
+def clip(line: str, limit: int = MAX_LINE_CHARS) -> str:
+    """A line cut to `limit` characters (with an ellipsis), for results that people read."""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _bar_elapsed(line: str) -> float | None:
+    match = BAR_ELAPSED_RE.search(line)
+    if not match:
+        return None
+    hours, minutes, seconds = match.groups()
+    return int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+
+
+def progress(lines: Iterable[str]) -> dict[str, Any]:
+    """Load progress from the log: the latest shard progress line and the furthest phase reached.
+
+    Keys: phase (one of PHASES), shards_done, shards_total, percent, load_elapsed_s (tqdm's own elapsed time on
+    the latest shard line), load_pass (1 for the first run of the shard bar, 2 when it starts again: a speculative
+    drafter such as MTP loads its weights from the checkpoint in a second pass), load_gib and load_seconds
+    (`Model loading took`), kv_cache_tokens, graph_seconds. Values not seen yet are None."""
+    result: dict[str, Any] = {
+        "phase": "starting",
+        "shards_done": None,
+        "shards_total": None,
+        "percent": None,
+        "load_elapsed_s": None,
+        "load_pass": None,
+        "load_gib": None,
+        "load_seconds": None,
+        "kv_cache_tokens": None,
+        "graph_seconds": None,
+    }
+    reached = 0
+
+    def reach(phase: str) -> None:
+        nonlocal reached
+        reached = max(reached, PHASES.index(phase))
+
+    for line in lines:
+        if match := SHARDS_RE.search(line):
+            previous = result["shards_done"]
+            result["percent"], result["shards_done"], result["shards_total"] = (int(g) for g in match.groups())
+            if previous is None or result["shards_done"] < previous:
+                result["load_pass"] = (result["load_pass"] or 0) + 1
+            result["load_elapsed_s"] = _bar_elapsed(line)
+            reach("loading_weights")
+        elif match := MODEL_LOADED_RE.search(line):
+            result["load_gib"], result["load_seconds"] = float(match.group(1)), float(match.group(2))
+            reach("weights_loaded")
+        elif match := KV_CACHE_RE.search(line):
+            result["kv_cache_tokens"] = int(match.group(1).replace(",", ""))
+            reach("kv_cache")
+        elif match := GRAPHS_RE.search(line):
+            result["graph_seconds"] = float(match.group(1))
+            reach("graphs")
+        elif API_STARTING_RE.search(line):
+            reach("api_starting")
+        elif READY_LINE in line:
+            reach("ready")
+    result["phase"] = PHASES[reached]
+    return result
+
+
+def eta_s(progress_now: Mapping[str, Any], elapsed_s: float | None) -> float | None:
+    """Seconds until the remaining shards are loaded, at the rate so far; None when unknown.
+
+    The rate is shards done over the loader's own elapsed time (tqdm's, `load_elapsed_s`) when the log gives it,
+    else over `elapsed_s` (time since the start was requested, which also counts the start-up before loading).
+    0.0 once every shard is loaded or the log is past loading."""
+    if PHASES.index(progress_now.get("phase") or "starting") >= PHASES.index("weights_loaded"):
+        return 0.0
+    done, total = progress_now.get("shards_done"), progress_now.get("shards_total")
+    if not total or done is None:
+        return None
+    if done >= total:
+        return 0.0
+    spent = progress_now.get("load_elapsed_s") or elapsed_s
+    if not done or not spent or spent <= 0:
+        return None
+    return round((total - done) * spent / done, 1)
+
+
+def format_duration(seconds: float) -> str:
+    """`3 min 10 s`, `45 s`, `1 h 2 min`."""
+    seconds = max(round(seconds), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s"
+    return f"{secs} s"
+
+
+def summary_line(progress_now: Mapping[str, Any], eta: float | None) -> str:
+    """One line for Ansible's output, e.g. `loading weights: shards 37/80 (46 %), ETA 3 min 10 s`."""
+    phase = progress_now.get("phase") or "starting"
+    elapsed = progress_now.get("elapsed_s")
+    after = f" after {format_duration(elapsed)}" if elapsed is not None else ""
+    if phase == "starting":
+        return f"starting: no weight shard loaded yet{after}"
+    if phase == "loading_weights":
+        done, total, pct = progress_now.get("shards_done"), progress_now.get("shards_total"), progress_now["percent"]
+        eta_text = "ETA unknown" if eta is None else f"ETA {format_duration(eta)}"
+        again = f" (pass {progress_now['load_pass']})" if (progress_now.get("load_pass") or 1) > 1 else ""
+        return f"loading weights{again}: shards {done}/{total} ({pct} %), {eta_text}"
+    if phase == "weights_loaded":
+        gib, secs = progress_now.get("load_gib"), progress_now.get("load_seconds")
+        return f"weights loaded ({gib:.1f} GiB per GPU in {format_duration(secs)}): profiling memory{after}"
+    if phase == "kv_cache":
+        return f"KV cache allocated ({progress_now['kv_cache_tokens']:,} tokens): capturing CUDA graphs{after}"
+    if phase == "graphs":
+        return f"CUDA graphs captured in {format_duration(progress_now['graph_seconds'])}: starting the API server"
+    if phase == "api_starting":
+        return f"API server starting{after}"
+    return f"ready: application startup complete{after}"
+
+
+def markers(
+    lines: Sequence[str], required: Sequence[Mapping[str, str]], forbidden: Sequence[Mapping[str, str]]
+) -> dict[str, Any]:
+    """The model profile's log markers (`{pattern, meaning}`, regular expressions searched per line).
+
+    Returns {required: [...], forbidden: [...], missing: [meanings of required markers not found],
+    forbidden_found: [meanings of forbidden markers found], ok: bool}; each marker as
+    {pattern, meaning, found, line (the first matching line, or None)}."""
+
+    def check(marker: Mapping[str, str]) -> dict[str, Any]:
+        regex = re.compile(marker["pattern"])
+        line = next((candidate for candidate in lines if regex.search(candidate)), None)
+        return {
+            "pattern": marker["pattern"],
+            "meaning": marker.get("meaning", ""),
+            "found": line is not None,
+            "line": None if line is None else clip(line),
+        }
+
+    req = [check(marker) for marker in required]
+    forb = [check(marker) for marker in forbidden]
+    missing = [m["meaning"] or m["pattern"] for m in req if not m["found"]]
+    found = [m["meaning"] or m["pattern"] for m in forb if m["found"]]
+    return {
+        "required": req,
+        "forbidden": forb,
+        "missing": missing,
+        "forbidden_found": found,
+        "ok": not (missing or found),
+    }
+
+
+def catalogue_errors(catalogue: Sequence[Any]) -> list[str]:
+    """What is wrong with an error catalogue (empty when it is usable): every entry needs a name, a pattern that
+    compiles, a cause and a fix; `fatal`, when present, is a bool; names are unique."""
+    errors: list[str] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(catalogue):
+        where = f"entry {index}"
+        if not isinstance(entry, Mapping):
+            errors.append(f"{where}: not a mapping")
+            continue
+        where = f"entry {index} ({entry.get('name', '?')})"
+        for key in ("name", "pattern", "cause", "fix"):
+            if not isinstance(entry.get(key), str) or not entry.get(key):
+                errors.append(f"{where}: `{key}` must be a non-empty string")
+        if "fatal" in entry and not isinstance(entry["fatal"], bool):
+            errors.append(f"{where}: `fatal` must be true or false")
+        if isinstance(entry.get("pattern"), str):
+            try:
+                re.compile(entry["pattern"])
+            except re.error as exc:
+                errors.append(f"{where}: pattern does not compile: {exc}")
+        if entry.get("name") in seen:
+            errors.append(f"{where}: duplicate name")
+        seen.add(entry.get("name"))
+    return errors
+
+
+def _context(lines: Sequence[str], index: int) -> list[str]:
+    """The CONTEXT_LINES lines ending at `index`; when the traceback this line belongs to starts earlier, its
+    `Traceback (most recent call last):` header is kept too (followed by `…`)."""
+    start = max(index - CONTEXT_LINES + 1, 0)
+    window = [clip(line) for line in lines[start : index + 1]]
+    if any(TRACEBACK_RE.search(line) for line in lines[start : index + 1]):
+        return window
+    for back in range(start - 1, max(index - TRACEBACK_LOOKBACK, -1), -1):
+        if TRACEBACK_RE.search(lines[back]):
+            return [clip(lines[back]), "…", *window]
+    return window
+
+
+def diagnose(lines: Sequence[str], catalogue: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every catalogue entry whose pattern matches a log line, in catalogue order (the first is the primary
+    diagnosis): {name, cause, fix, fatal, lines (up to 5 matching lines), context (the lines ending at the first
+    match)}. An empty list when nothing matches."""
+    found: list[dict[str, Any]] = []
+    for entry in catalogue:
+        regex = re.compile(entry["pattern"])
+        hits = [i for i, line in enumerate(lines) if regex.search(line)]
+        if not hits:
+            continue
+        found.append(
+            {
+                "name": entry["name"],
+                "cause": entry["cause"],
+                "fix": entry["fix"],
+                "fatal": bool(entry.get("fatal", True)),
+                "lines": [clip(lines[i]) for i in hits[:MAX_MATCH_LINES]],
+                "context": _context(lines, hits[0]),
+            }
+        )
+    return found
+
+
+def engine_dead(lines: Iterable[str]) -> str | None:
+    """The first line saying the engine core died (the API server may live on, /health then answers 503)."""
+    return next((line for line in lines if ENGINE_DEAD_RE.search(line)), None)

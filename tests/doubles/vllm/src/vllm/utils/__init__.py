@@ -1,0 +1,1 @@
+"""TEST DOUBLE of `vllm.utils`: only what the launch check imports."""
