@@ -42,9 +42,10 @@ deps:  ## apt packages of the test bed (docker.io, debootstrap, ...) and a runni
 images: deps  ## build the test-bed images and the stand-in apt repository (skips what is up to date)
 	tests/testbed/build-images.sh
 
-demo: venv images  ## run site.yml on the local simulated A800 host, ending with the checks' summary
+demo: venv images  ## run site.yml on the local simulated A800 host, ending with the verification report
 	ansible-playbook tests/testbed/sim-up.yml
 	ansible-playbook site.yml
+	cat reports/a800-sim-1/report.md
 
 demo-down:  ## remove the simulated host of the demo
 	ansible-playbook tests/testbed/sim-down.yml
@@ -59,7 +60,7 @@ unit: venv contract-venv images  ## unit tests and the vLLM test double's tests 
 	pytest -q -m "not contract"
 
 contract: venv contract-venv  ## the same client checks against the vLLM test double and a real vLLM (CPU)
-	pytest -q -m contract tests/contract
+	pytest -q -m contract tests/contract tests/unit
 
 bench-prewarm: deps  ## the weights prewarm against vmtouch, fio, cat and O_DIRECT (root; GIB=12 by default)
 	python3 scripts/bench-prewarm --gib $${GIB:-12}

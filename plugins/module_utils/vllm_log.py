@@ -178,6 +178,7 @@ def markers(
         regex = re.compile(marker["pattern"])
         line = next((candidate for candidate in lines if regex.search(candidate)), None)
         return {
+            "name": marker.get("name", ""),
             "pattern": marker["pattern"],
             "meaning": marker.get("meaning", ""),
             "found": line is not None,

@@ -38,6 +38,11 @@ def playbook(*args: str, playbook: str = "playbooks/serve.yml") -> subprocess.Co
     )
 
 
+def said(run: subprocess.CompletedProcess) -> str:
+    """The run's output with whitespace collapsed: the YAML callback folds long messages across lines."""
+    return " ".join(run.stdout.split())
+
+
 def container(name: str) -> dict:
     out = subprocess.run(
         ["docker", "exec", name, "docker", "inspect", NAME], capture_output=True, text=True, check=True
@@ -122,6 +127,30 @@ def test_noop_rerun_of_site_changes_and_restarts_nothing(host):
     print(f"no-op re-run of site.yml on one simulated host: {wall:.1f} s wall")
 
 
+def test_the_api_key_never_leaks(host):
+    """With an API key: the server enforces it, verification passes with it, and the key appears nowhere — not in
+    the run's verbose output, `docker inspect`, the server log, the launch file or the reports."""
+    only_once(host)
+    key = "sk-molecule-" + os.urandom(12).hex()
+    run = playbook("--limit", H1, "-v", "-e", f"serve_api_key={key}", playbook="site.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert http(H1, "/v1/models")[0] == 401  # enforced
+    inspect = subprocess.run(["docker", "exec", H1, "docker", "inspect", NAME], capture_output=True, text=True).stdout
+    logs = subprocess.run(["docker", "exec", H1, "docker", "logs", NAME], capture_output=True, text=True)
+    launch = subprocess.run(["docker", "exec", H1, "cat", f"{STATE}/launch.json"], capture_output=True, text=True)
+    reports = "".join(p.read_text() for p in (ROOT / "reports" / H1).glob("*") if p.is_file())
+    assert "answer_17x24" in reports
+    for where, text in {"output": run.stdout + run.stderr, "docker inspect": inspect, "server log": logs.stdout
+                        + logs.stderr, "launch.json": launch.stdout, "reports": reports}.items():  # fmt: skip
+        assert key not in text, f"the API key leaked into the {where}"
+    key_file = subprocess.run(["docker", "exec", H1, "stat", "-c", "%a %U", f"{STATE}/api-key"], capture_output=True,
+                              text=True).stdout.split()  # fmt: skip
+    assert key_file == ["600", "root"]
+    # back to no key: the key file changes, so the server restarts once
+    assert playbook("--limit", H1).returncode == 0
+    assert http(H1, "/v1/models")[0] == 200
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -150,7 +179,7 @@ def test_failure_mode_stops_before_any_restart(host, args, says):
     run = playbook("--limit", H1, *args)
     assert run.returncode != 0
     for text in says:
-        assert text in run.stdout, run.stdout[-4000:]
+        assert text in said(run), run.stdout[-4000:]
     assert started(H1) == before and config_hash(H1) == hash_before  # the running server was left alone
     assert http(H1, "/health")[0] == 200
 
@@ -162,9 +191,9 @@ def test_runtime_failure_is_diagnosed_and_the_last_good_launch_restored(host):
     hash_before = config_hash(H1)
     run = playbook("--limit", H1, "-e", "serve_ready_timeout_s=60", "-e", '{"serve_validate_skip": ["ready_timeout"]}')
     assert run.returncode != 0
-    assert "DIAGNOSIS engine_ready_timeout" in run.stdout, run.stdout[-4000:]
-    assert "VLLM_ENGINE_READY_TIMEOUT_S" in run.stdout
-    assert "ROLLBACK: restored the last known-good launch " + hash_before in run.stdout
+    assert "DIAGNOSIS engine_ready_timeout" in said(run), run.stdout[-4000:]
+    assert "VLLM_ENGINE_READY_TIMEOUT_S" in said(run)
+    assert "ROLLBACK: restored the last known-good launch " + hash_before in said(run)
     assert config_hash(H1) == hash_before and http(H1, "/health")[0] == 200
     failed_logs = subprocess.run(
         ["docker", "exec", H1, "sh", "-c", f"ls {STATE}/failed-*.log"], capture_output=True, text=True
@@ -196,6 +225,6 @@ def test_a_failing_change_stops_at_the_first_host(host):
         "-e", "serve_ready_timeout_s=60", "-e", '{"serve_validate_skip": ["ready_timeout"], "serve_rollback": false}'
     )
     assert run.returncode != 0
-    assert "no rollback: serve_rollback is false" in run.stdout
+    assert "no rollback: serve_rollback is false" in said(run)
     assert started(H2) == before_h2 and config_hash(H2) == hash_h2  # never reached
     assert http(H2, "/health")[0] == 200

@@ -1,0 +1,23 @@
+"""The evidence site.yml leaves on the control node: reports/<host>/verify.json all-pass and report.md."""
+
+import json
+import os
+from pathlib import Path
+
+ROOT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+
+
+def test_verify_json_all_pass(host):
+    report = json.loads((ROOT / "reports" / host.backend.get_hostname() / "verify.json").read_text())
+    assert report["summary"]["ok"] is True
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert set(statuses.values()) == {"pass"}, statuses
+    for name in ("log:sparse_backend_in_use", "log:no_dense_fallback", "answer_17x24", "chat_short_prompt",
+                 "chat_long_prompt", "tool_call_auto", "stream", "mtp_acceptance"):  # fmt: skip
+        assert name in statuses
+
+
+def test_report_md_has_the_verdict_and_the_table(host):
+    text = (ROOT / "reports" / host.backend.get_hostname() / "report.md").read_text()
+    assert text.startswith("# glm-5.2-nvfp4 on ") and ": PASS" in text.splitlines()[0]
+    assert "| pass | `answer_17x24` | 408 |" in text

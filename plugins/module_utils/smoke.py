@@ -1,0 +1,171 @@
+"""Judge what a vLLM OpenAI server answered to the verification requests: one record per check.
+
+Pure functions over parsed responses (plugins/module_utils/openai_api.py reads them), so the same judgement serves
+the vllm_smoke module on the hosts and the unit tests. A record has the shape of the preflight checks: name,
+status (pass / warn / fail), measured, expected, detail, fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+SPARSE_PREFILL_LIMIT = 2048  # index_topk of GLM-5.2: a prefill up to this takes the path sparse_mla_force_mqa fixes
+
+
+def record(name: str, status: str, measured: Any, expected: Any, detail: str, fix: str = "") -> dict[str, Any]:
+    return {
+        "name": name,
+        "status": status,
+        "measured": measured,
+        "expected": expected,
+        "detail": detail,
+        "fix": fix if status != PASS else "",
+    }
+
+
+def http_failure(name: str, status: int | None, error: dict[str, Any] | None, what: str, fix: str) -> dict[str, Any]:
+    """A request that did not return 200: the status and the server's own error message."""
+    message = (error or {}).get("message") or "no answer"
+    return record(name, FAIL, status, 200, f"{what}: HTTP {status}: {message}", fix)
+
+
+def models_check(status: int, body: dict[str, Any] | None, served_name: str) -> dict[str, Any]:
+    ids = [m.get("id") for m in (body or {}).get("data") or []]
+    ok = status == 200 and served_name in ids
+    close = [i for i in ids if isinstance(i, str) and i.lower() == served_name.lower() and i != served_name]
+    return record(
+        "models_lists_served_name",
+        PASS if ok else FAIL,
+        ids,
+        served_name,
+        f"/v1/models lists {ids}" if status == 200 else f"/v1/models answered HTTP {status}",
+        f"the model id is case-sensitive: {close[0]!r} differs from {served_name!r}"
+        if close
+        else "set --served-model-name (model_profile.served_model_name) to the id clients send",
+    )
+
+
+def prompt_check(name: str, fields: dict[str, Any], longer_than: int | None, shorter_than: int | None) -> dict:
+    """A chat that must succeed with a prompt on one side of the sparse prefill limit."""
+    tokens = (fields.get("usage") or {}).get("prompt_tokens")
+    answered = bool(fields.get("content") or fields.get("reasoning") or fields.get("tool_calls"))
+    in_range = tokens is not None and (longer_than is None or tokens > longer_than)
+    in_range = in_range and (shorter_than is None or tokens < shorter_than)
+    side = f"< {shorter_than}" if shorter_than else f"> {longer_than}"
+    ok = answered and in_range
+    return record(
+        name,
+        PASS if ok else FAIL,
+        tokens,
+        f"{side} prompt tokens, an answer",
+        f"{tokens} prompt tokens, finish_reason {fields.get('finish_reason')}"
+        + ("" if answered else ", no content, reasoning or tool call")
+        + ("" if in_range else f": the prompt is not {side} tokens, so this check proves nothing"),
+        "a short prefill failing is the missing sparse_mla_force_mqa (model_profile.launch.attention_config)"
+        if shorter_than
+        else "read the server log (docker logs) for the long prefill's error",
+    )
+
+
+def arithmetic_checks(fields: dict[str, Any], expect: str, max_tokens: int) -> list[dict[str, Any]]:
+    """The article's 17 x 24 = 408: the answer in `content`, the thinking in the reasoning field. Empty content
+    with finish_reason `length` is the reasoning parser working as designed with too small a budget: a warning."""
+    content = fields.get("content") or ""
+    reasoning = fields.get("reasoning") or ""
+    if expect in content:
+        answer = record("answer_17x24", PASS, content.strip()[:200], f"content contains {expect}", "correct answer")
+    elif not content and fields.get("finish_reason") == "length" and reasoning:
+        answer = record(
+            "answer_17x24",
+            WARN,
+            "",
+            f"content contains {expect}",
+            f"budget spent on reasoning: max_tokens {max_tokens} ran out while thinking (finish_reason length, "
+            f"{len(reasoning)} characters of reasoning, empty content)",
+            "raise model_profile.smoke.max_tokens so that the answer fits after the reasoning",
+        )
+    else:
+        answer = record(
+            "answer_17x24",
+            FAIL,
+            content.strip()[:200],
+            f"content contains {expect}",
+            f"wrong or missing answer (finish_reason {fields.get('finish_reason')})",
+            "read the server log; check that the model and its weights are the intended ones",
+        )
+    has_reasoning = bool(reasoning)
+    parser = record(
+        "reasoning_field",
+        PASS if has_reasoning else FAIL,
+        len(reasoning),
+        "thinking in message.reasoning (or reasoning_content)",
+        "the reasoning parser separates the thinking from the answer"
+        if has_reasoning
+        else "no reasoning field: the thinking is mixed into content or missing",
+        "set model_profile.launch.reasoning_parser (glm45 for GLM-5.x)",
+    )
+    return [answer, parser]
+
+
+def tool_call_check(fields: dict[str, Any], tool_name: str) -> dict[str, Any]:
+    calls = fields.get("tool_calls") or []
+    names = [c.get("name") for c in calls]
+    ok = tool_name in names and fields.get("finish_reason") == "tool_calls"
+    return record(
+        "tool_call_auto",
+        PASS if ok else FAIL,
+        names,
+        f"a call of {tool_name}, finish_reason tool_calls",
+        f"tool_choice auto returned calls {names}, finish_reason {fields.get('finish_reason')}",
+        "set model_profile.launch.tool_call_parser (glm47) and enable_auto_tool_choice: true",
+    )
+
+
+def stream_check(stream: dict[str, Any]) -> dict[str, Any]:
+    text = stream.get("content") or stream.get("reasoning") or ""
+    ok = stream.get("done") and stream.get("role") == "assistant" and bool(text) and not stream.get("malformed")
+    return record(
+        "stream",
+        PASS if ok else FAIL,
+        stream.get("events"),
+        "SSE chunks, the assistant role first, text, data: [DONE]",
+        f"{stream.get('events')} chunks, role {stream.get('role')}, {len(text)} characters, "
+        f"{'[DONE]' if stream.get('done') else 'no [DONE]'}"
+        + (f", {len(stream['malformed'])} malformed" if stream.get("malformed") else ""),
+        "read the server log; a proxy in front of the server must not buffer text/event-stream",
+    )
+
+
+def metrics_checks(before: dict[str, float], after: dict[str, float], speculative: bool) -> list[dict[str, Any]]:
+    """`/metrics` moving: generation tokens counted; MTP drafts accepted when speculative decoding is on."""
+    gen = after.get("generation_tokens", 0) - before.get("generation_tokens", 0)
+    checks = [
+        record(
+            "metrics_generation_tokens",
+            PASS if gen > 0 else FAIL,
+            gen,
+            "> 0 during the smoke",
+            f"vllm:generation_tokens_total rose by {gen:.0f}",
+            "check that /metrics is this server's (a proxy or a second server answers?)",
+        )
+    ]
+    if speculative:
+        drafts = after.get("spec_drafts", 0) - before.get("spec_drafts", 0)
+        draft_tokens = after.get("spec_draft_tokens", 0) - before.get("spec_draft_tokens", 0)
+        accepted = after.get("spec_accepted", 0) - before.get("spec_accepted", 0)
+        rate = accepted / draft_tokens if draft_tokens else 0.0
+        checks.append(
+            record(
+                "mtp_acceptance",
+                PASS if drafts > 0 and accepted > 0 else FAIL,
+                round(rate, 3),
+                "drafts proposed and accepted",
+                f"{drafts:.0f} drafts, {accepted:.0f} of {draft_tokens:.0f} draft tokens accepted ({rate:.0%}); mean "
+                f"acceptance length {1 + accepted / drafts:.2f}"
+                if drafts
+                else "no speculative drafts counted",
+                "check model_profile.launch.speculative_config (method mtp)",
+            )
+        )
+    return checks

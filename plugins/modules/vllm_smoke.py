@@ -1,0 +1,269 @@
+#!/usr/bin/python
+"""Ansible module: the verification requests against a vLLM OpenAI server, judged check by check."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_smoke
+short_description: Prove that a vLLM OpenAI server answers correctly (models, chats, reasoning, tools, stream, metrics)
+description:
+  - Sends the verification requests of the source article and vllm-facts.md to the server and returns one record per
+    check (name, status pass/warn/fail, measured, expected, detail, fix) - C(/v1/models) lists the served name; a
+    chat with a prompt shorter than 2048 tokens (the prefill that C(sparse_mla_force_mqa) keeps alive) and one longer;
+    "What is 17 multiplied by 24? Answer briefly." answered 408 in C(content) with the thinking in the reasoning field
+    (empty content with finish_reason C(length) is a warning, "budget spent on reasoning"); a tool call with
+    C(tool_choice) auto; a streamed reply; C(/metrics) moving (generation tokens; MTP acceptance when speculative
+    decoding is on).
+  - Changes nothing; runs in check mode too. The module itself fails only when the server cannot be reached at all.
+options:
+  base_url:
+    description: The server, without C(/v1).
+    type: str
+    default: http://127.0.0.1:8001
+  model:
+    description: The served model name (C(--served-model-name)).
+    type: str
+    required: true
+  api_key:
+    description: The server's API key, if it has one.
+    type: str
+    no_log: true
+  prompt:
+    description: The arithmetic prompt.
+    type: str
+    default: What is 17 multiplied by 24? Answer briefly.
+  expect:
+    description: Text the answer's content must contain.
+    type: str
+    default: "408"
+  max_tokens:
+    description: Token budget of the arithmetic chat.
+    type: int
+    default: 150
+  temperature:
+    description: Temperature of the arithmetic chat.
+    type: float
+    default: 0.6
+  long_prompt_tokens:
+    description: Approximate size of the long prompt (above the 2048-token sparse prefill limit).
+    type: int
+    default: 2600
+  speculative:
+    description: Speculative decoding (MTP) is on, so its acceptance counters must move.
+    type: bool
+    default: false
+  timeout:
+    description: Seconds one request may take.
+    type: float
+    default: 120
+author: a800-vllm project
+"""
+
+EXAMPLES = r"""
+- name: Prove the server answers
+  vllm_smoke:
+    base_url: http://127.0.0.1:8001
+    model: glm-5.2-nvfp4
+    speculative: true
+  register: smoke
+"""
+
+RETURN = r"""
+checks:
+  description: One record per check, in the order above.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - name: answer_17x24
+      status: pass
+      measured: "408"
+      expected: content contains 408
+      detail: correct answer
+      fix: ""
+answers:
+  description: What the server said (content, reasoning length, finish_reason, usage) per request, for the report.
+  returned: always
+  type: dict
+"""
+
+import json  # noqa: E402
+import urllib.error  # noqa: E402
+import urllib.request  # noqa: E402
+from typing import Any  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.openai_api import chat_fields, error_info, metric_total, parse_prometheus, parse_sse  # noqa: E402
+from ansible.module_utils.smoke import (  # noqa: E402
+    SPARSE_PREFILL_LIMIT,
+    arithmetic_checks,
+    http_failure,
+    metrics_checks,
+    models_check,
+    prompt_check,
+    stream_check,
+    tool_call_check,
+)
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+class Client:
+    def __init__(self, base_url: str, api_key: str | None, timeout: float) -> None:
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def request(self, path: str, payload: dict | None = None) -> tuple[int | None, str]:
+        data = json.dumps(payload).encode() if payload is not None else None
+        req = urllib.request.Request(self.base + path, data=data, headers=self.headers)
+        try:
+            with self.opener.open(req, timeout=self.timeout) as response:
+                return response.status, response.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode("utf-8", "replace")
+        except (OSError, ValueError) as exc:
+            return None, str(exc)
+
+    def chat(self, payload: dict) -> tuple[int | None, Any]:
+        status, text = self.request("/v1/chat/completions", payload)
+        if status == 200:
+            return status, json.loads(text)
+        return status, error_info(status or 0, text)
+
+    def metrics(self) -> dict[str, float]:
+        status, text = self.request("/metrics")
+        families = parse_prometheus(text) if status == 200 else {}
+        names = {
+            "generation_tokens": "vllm:generation_tokens_total",
+            "spec_drafts": "vllm:spec_decode_num_drafts_total",
+            "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+            "spec_accepted": "vllm:spec_decode_num_accepted_tokens_total",
+        }
+        return {key: metric_total(families, name) for key, name in names.items()}
+
+
+def long_prompt(tokens: int) -> str:
+    """About `tokens` tokens of plain text (real tokenizers: ~1 token per short word; the test double: 4 characters)."""
+    words = ["the", "page", "cache", "keeps", "weights", "warm", "between", "restarts", "of", "the", "server"]
+    return " ".join(words[i % len(words)] for i in range(tokens)) + "\nSummarize this text in one sentence."
+
+
+def run(p: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    client = Client(p["base_url"], p["api_key"], p["timeout"])
+    model = p["model"]
+    checks: list[dict[str, Any]] = []
+    answers: dict[str, Any] = {}
+    before = client.metrics()
+
+    status, text = client.request("/v1/models")
+    body = json.loads(text) if status == 200 else None
+    checks.append(models_check(status or 0, body, model))
+
+    def chat(name: str, payload: dict, what: str, fix: str) -> dict | None:
+        status, answer = client.chat({"model": model, **payload})
+        if status != 200:
+            checks.append(http_failure(name, status, answer, what, fix))
+            return None
+        fields = chat_fields(answer)
+        answers[name] = {
+            "content": (fields["content"] or "")[:300],
+            "reasoning_chars": len(fields["reasoning"] or ""),
+            "finish_reason": fields["finish_reason"],
+            "usage": fields["usage"],
+            "tool_calls": [c["name"] for c in fields["tool_calls"]],
+        }
+        return fields
+
+    short_fix = "set model_profile.launch.attention_config.sparse_mla_force_mqa: true (forward_mha NotImplementedError)"
+    fields = chat(
+        "chat_short_prompt",
+        {"messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 64},
+        "a chat with a short prompt",
+        short_fix,
+    )
+    if fields is not None:
+        checks.append(prompt_check("chat_short_prompt", fields, None, SPARSE_PREFILL_LIMIT))
+    fields = chat(
+        "chat_long_prompt",
+        {"messages": [{"role": "user", "content": long_prompt(p["long_prompt_tokens"])}], "max_tokens": 64},
+        "a chat with a long prompt",
+        "read the server log (docker logs) for the error",
+    )
+    if fields is not None:
+        checks.append(prompt_check("chat_long_prompt", fields, SPARSE_PREFILL_LIMIT, None))
+    payload = {"messages": [{"role": "user", "content": p["prompt"]}], "max_tokens": p["max_tokens"]}
+    fields = chat(
+        "answer_17x24",
+        {**payload, "temperature": p["temperature"]},
+        "the arithmetic chat",
+        "read the server log (docker logs) for the error",
+    )
+    if fields is not None:
+        checks += arithmetic_checks(fields, p["expect"], p["max_tokens"])
+    fields = chat(
+        "tool_call_auto",
+        {
+            "messages": [{"role": "user", "content": "What is the weather in Beijing? Use the get_weather tool."}],
+            "tools": [TOOL],
+            "tool_choice": "auto",
+            "max_tokens": 256,
+        },
+        "a chat with tools",
+        "set model_profile.launch.tool_call_parser and enable_auto_tool_choice (a 400 says which is missing)",
+    )
+    if fields is not None:
+        checks.append(tool_call_check(fields, TOOL["function"]["name"]))
+
+    stream_payload = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Count from one to five."}],
+        "max_tokens": 64,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, text = client.request("/v1/chat/completions", stream_payload)
+    if status == 200:
+        checks.append(stream_check(parse_sse(text.splitlines())))
+    else:
+        checks.append(http_failure("stream", status, error_info(status or 0, text), "a streamed chat", "read the log"))
+
+    checks += metrics_checks(before, client.metrics(), p["speculative"])
+    return checks, answers
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "base_url": {"type": "str", "default": "http://127.0.0.1:8001"},
+            "model": {"type": "str", "required": True},
+            "api_key": {"type": "str", "no_log": True},
+            "prompt": {"type": "str", "default": "What is 17 multiplied by 24? Answer briefly."},
+            "expect": {"type": "str", "default": "408"},
+            "max_tokens": {"type": "int", "default": 150},
+            "temperature": {"type": "float", "default": 0.6},
+            "long_prompt_tokens": {"type": "int", "default": 2600},
+            "speculative": {"type": "bool", "default": False},
+            "timeout": {"type": "float", "default": 120},
+        },
+        supports_check_mode=True,
+    )
+    status, text = Client(module.params["base_url"], module.params["api_key"], 10).request("/health")
+    if status is None:
+        module.fail_json(msg=f"the server at {module.params['base_url']} cannot be reached: {text}", checks=[])
+    checks, answers = run(module.params)
+    module.exit_json(changed=False, checks=checks, answers=answers)
+
+
+if __name__ == "__main__":
+    main()

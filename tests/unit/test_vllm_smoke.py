@@ -1,0 +1,111 @@
+"""The verification requests (plugins/modules/vllm_smoke.py, judged by plugins/module_utils/smoke.py): every check
+passes against the vLLM test double started with the article's flags, and each one fails on the fault it names."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import openai_api
+import pytest
+import smoke
+from conftest import ROOT
+
+
+def load_module():
+    sys.modules.setdefault("ansible.module_utils.openai_api", openai_api)
+    sys.modules.setdefault("ansible.module_utils.smoke", smoke)
+    spec = importlib.util.spec_from_file_location("vllm_smoke", ROOT / "plugins" / "modules" / "vllm_smoke.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+vllm_smoke = load_module()
+
+
+def params(url: str, **over) -> dict:
+    return {
+        "base_url": url,
+        "model": "glm-5.2-nvfp4",
+        "api_key": None,
+        "prompt": "What is 17 multiplied by 24? Answer briefly.",
+        "expect": "408",
+        "max_tokens": 150,
+        "temperature": 0.6,
+        "long_prompt_tokens": 2600,
+        "speculative": True,
+        "timeout": 30,
+        **over,
+    }
+
+
+def by_name(checks: list[dict]) -> dict[str, dict]:
+    return {c["name"]: c for c in checks}
+
+
+@pytest.fixture(scope="module")
+def article_server(tmp_path_factory, installs, weights):
+    from harness import Launcher
+
+    launcher = Launcher(tmp_path_factory.mktemp("smoke"), installs, weights)
+    run = launcher.start(["--api-key", "sk-smoke"])
+    assert "Application startup complete." in run.log, run.log
+    yield run
+    launcher.stop_all()
+
+
+def test_every_check_passes_against_the_article_launch(article_server):
+    checks, answers = vllm_smoke.run(params(article_server.url, api_key="sk-smoke"))
+    names = by_name(checks)
+    assert list(names) == [
+        "models_lists_served_name",
+        "chat_short_prompt",
+        "chat_long_prompt",
+        "answer_17x24",
+        "reasoning_field",
+        "tool_call_auto",
+        "stream",
+        "metrics_generation_tokens",
+        "mtp_acceptance",
+    ]
+    assert {c["status"] for c in checks} == {"pass"}, [c for c in checks if c["status"] != "pass"]
+    assert "408" in answers["answer_17x24"]["content"]
+    assert answers["chat_long_prompt"]["usage"]["prompt_tokens"] > 2048
+
+
+def test_small_budget_is_a_warning_named_budget_spent_on_reasoning(article_server):
+    checks, _ = vllm_smoke.run(params(article_server.url, api_key="sk-smoke", max_tokens=8))
+    answer = by_name(checks)["answer_17x24"]
+    assert answer["status"] == "warn" and "budget spent on reasoning" in answer["detail"]
+    assert "max_tokens" in answer["fix"]
+
+
+def test_wrong_key_and_wrong_model_fail_with_the_server_message(article_server):
+    checks, _ = vllm_smoke.run(params(article_server.url, api_key="sk-wrong"))
+    assert by_name(checks)["chat_short_prompt"]["measured"] == 401
+    checks, _ = vllm_smoke.run(params(article_server.url, api_key="sk-smoke", model="GLM-5.2-NVFP4"))
+    models = by_name(checks)["models_lists_served_name"]
+    assert models["status"] == "fail" and "case-sensitive" in models["fix"]
+    assert by_name(checks)["answer_17x24"]["measured"] == 404
+
+
+def test_missing_force_mqa_fails_the_short_prompt_only(launcher):
+    """The article's crash: a prefill <= 2048 tokens without sparse_mla_force_mqa; a long prompt alone hides it."""
+    run = launcher.start(["--attention-config", "{}"])
+    checks = by_name(vllm_smoke.run(params(run.url))[0])
+    assert checks["chat_short_prompt"]["status"] == "fail"
+    assert "sparse_mla_force_mqa" in checks["chat_short_prompt"]["fix"]
+
+
+def test_judgements_fail_on_their_faults():
+    no_reasoning = {"content": "408", "reasoning": None, "finish_reason": "stop"}
+    assert by_name(smoke.arithmetic_checks(no_reasoning, "408", 150))["reasoning_field"]["status"] == "fail"
+    wrong = {"content": "407", "reasoning": "...", "finish_reason": "stop"}
+    assert by_name(smoke.arithmetic_checks(wrong, "408", 150))["answer_17x24"]["status"] == "fail"
+    long_but_short = {"content": "x", "usage": {"prompt_tokens": 300}, "finish_reason": "stop"}
+    assert smoke.prompt_check("chat_long_prompt", long_but_short, 2048, None)["status"] == "fail"
+    assert smoke.tool_call_check({"tool_calls": [], "finish_reason": "stop"}, "get_weather")["status"] == "fail"
+    assert smoke.stream_check({"done": False, "role": "assistant", "content": "a"})["status"] == "fail"
+    still = smoke.metrics_checks({"generation_tokens": 5}, {"generation_tokens": 5}, speculative=True)
+    assert [c["status"] for c in still] == ["fail", "fail"]
