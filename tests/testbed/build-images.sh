@@ -4,6 +4,7 @@
 #   a800-testbed/sim-host:latest   the simulated A800 host: systemd as PID 1, its own Docker engine
 #   a800-testbed/probe:latest      a busybox image that the sim host's inner Docker runs with --gpus all
 #   vllm/vllm-openai:v0.26.0       the vLLM test double (tests/doubles/vllm), tagged like the real base image
+#   a800-testbed/gateway-standin:latest  the unified-key gateway stand-in: nginx with bearer-key auth (tests/testbed/gateway)
 # and the local apt repository of stand-in NVIDIA packages (tests/testbed/standin-nvidia).
 # Each image is built only when missing or when its inputs changed (content hash in a label).
 set -euo pipefail
@@ -11,6 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 base=a800-testbed/debian12:base
 sim=a800-testbed/sim-host:latest
 probe=a800-testbed/probe:latest
+gateway=a800-testbed/gateway-standin:latest
 work=${TESTBED_WORK:-/var/tmp/a800-testbed}
 mkdir -p "$work"
 
@@ -52,6 +54,7 @@ build_if_changed() {  # image, context dir
 }
 build_if_changed "$sim" "$here/sim-host"
 build_if_changed "${VLLM_DOUBLE_IMAGE:-vllm/vllm-openai:v0.26.0}" "$here/../doubles/vllm"
+build_if_changed "$gateway" "$here/gateway"
 
 probe_recipe="busybox-static; PATH with /usr/bin (the stand-in hook injects /usr/bin/nvidia-smi)"
 if [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$probe" 2>/dev/null)" != "$probe_recipe" ]; then

@@ -1,0 +1,328 @@
+"""The gateway phase: the gateway_smoke module (plugins/modules/gateway_smoke.py) against the vLLM test double
+behind the nginx gateway stand-in (tests/testbed/gateway), one named diagnosis per failure of the article, and
+playbooks/gateway.yml end to end - the client files, their modes, and the key in no output, log or report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai_api
+import pytest
+import yaml
+from conftest import ROOT
+from harness import Launcher, free_port
+
+sys.modules.setdefault("ansible.module_utils.openai_api", openai_api)
+_spec = importlib.util.spec_from_file_location("gateway_smoke", ROOT / "plugins" / "modules" / "gateway_smoke.py")
+gateway_smoke = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gateway_smoke)
+
+DIAGNOSES = yaml.safe_load((ROOT / "roles/gateway/defaults/main/diagnoses.yml").read_text())["gateway_diagnoses"]
+SECRET = "sk-static-" + "9f3c1a7e5b2d4c6e8a0b"  # the static tests' key: never in a result either
+
+# --- the chain: the vLLM test double (a local process, no key of its own) behind the gateway stand-in (nginx from
+# a800-testbed/gateway-standin:latest, run with the host's network), which holds the key -------------------------
+
+STANDIN_IMAGE = "a800-testbed/gateway-standin:latest"
+KEY = "sk-gw-test-" + uuid.uuid4().hex  # unique: its absence from outputs means something
+
+
+@dataclass
+class Chain:
+    gateway: str  # http://127.0.0.1:PORT, the stand-in's root; the base URL of the tools is gateway + "/api"
+    upstream: str  # the double, straight
+    key: str
+    container: str
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.gateway}/api"
+
+
+def _docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=60)
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=1)
+    except urllib.error.HTTPError:
+        return True  # nginx answers 404 on its root
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, installs, weights):
+    if _docker("image", "inspect", STANDIN_IMAGE, check=False).returncode != 0:
+        pytest.fail(f"{STANDIN_IMAGE} is missing: build it with tests/testbed/build-images.sh (make images)")
+    launcher = Launcher(tmp_path_factory.mktemp("gateway-double"), installs, weights)
+    container = f"a800-gateway-standin-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv("VLLM_API_KEY", raising=False)  # the gateway holds the key, not the server
+            run = launcher.start()
+        assert "Application startup complete." in run.log, run.log[-2000:]
+        port = free_port()
+        _docker("run", "-d", "--name", container, "--network", "host",
+                "-e", f"GATEWAY_UPSTREAM={run.url}", "-e", f"GATEWAY_API_KEY={KEY}",
+                "-e", f"GATEWAY_LISTEN=127.0.0.1:{port}", STANDIN_IMAGE)  # fmt: skip
+        gateway = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while not _answers(gateway + "/"):
+            running = _docker("inspect", "-f", "{{.State.Running}}", container, check=False).stdout.strip()
+            if running != "true" or time.monotonic() > deadline:
+                logs = _docker("logs", container, check=False)
+                pytest.fail(f"the gateway stand-in did not answer: {logs.stdout}{logs.stderr}")
+            time.sleep(0.1)
+        yield Chain(gateway=gateway, upstream=run.url, key=KEY, container=container)
+    finally:
+        _docker("rm", "-f", container, check=False)
+        launcher.stop_all()
+
+
+def smoke(base_url: str, key: str, **over) -> dict:
+    """Run the module's logic with the role's defaults; assert that the key left no trace in the result."""
+    params = {
+        "base_url": base_url,
+        "api_key": key,
+        "model": "glm-5.2-nvfp4",
+        "proxy": "",
+        "diagnoses": DIAGNOSES,
+        "probe": True,
+        "prompt": "What is 17 multiplied by 24? Answer briefly.",
+        "expect": "408",
+        "max_tokens": 150,
+        "temperature": 0.6,
+        "timeout_s": 10.0,
+        "validate_certs": True,
+        **over,
+    }
+    result = gateway_smoke.smoke(params)
+    text = json.dumps(result)
+    assert key.strip() not in text or not key.strip(), "the key leaked into the result"
+    return result
+
+
+def by_name(result: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in result["checks"]}
+
+
+# --- the catalogue and the checks of the settings (no request) ------------------------------------------------------
+
+
+def test_catalogue_is_valid_and_names_every_case_of_the_article():
+    assert gateway_smoke.catalogue_errors(DIAGNOSES) == []
+    names = [d["name"] for d in DIAGNOSES]
+    assert len(names) == len(set(names))
+    for name in ("key_missing", "key_wrong", "key_whitespace", "doubled_v1", "wrong_model_id", "reading_choices",
+                 "local_proxy_failed", "oauth_login", "base_url_invalid", "model_missing"):  # fmt: skip
+        assert name in names
+
+
+def test_a_base_url_ending_in_v1_is_refused_with_the_doubled_url_and_the_fix():
+    for base in ("https://taotoken.net/api/v1", "https://taotoken.net/api/v1/"):
+        check = by_name(smoke(base, SECRET, probe=False))["base_url"]
+        assert check["status"] == "fail" and check["diagnosis"] == "doubled_v1"
+        assert "https://taotoken.net/api/v1/v1/chat/completions -> 404" in check["detail"]
+        assert "https://taotoken.net/api:" in check["fix"] or "https://taotoken.net/api " in check["fix"]
+
+
+@pytest.mark.parametrize("base", ["ftp://taotoken.net/api", "taotoken.net/api", "", "https://taotoken.net/api?x=1"])
+def test_a_base_url_that_is_not_http_is_refused_without_a_request(base):
+    result = smoke(base, SECRET)
+    assert by_name(result)["base_url"]["diagnosis"] == "base_url_invalid"
+    assert result["exchanges"] == []
+
+
+def test_the_key_is_refused_by_its_defect_never_shown():
+    cases = {"": "key_missing", f" {SECRET}": "key_whitespace", f"{SECRET}\n": "key_whitespace",
+             f'"{SECRET}"': "key_quoted"}  # fmt: skip
+    for key, diagnosis in cases.items():
+        check = by_name(smoke("https://taotoken.net/api", key, probe=False))["api_key"]
+        assert (check["status"], check["diagnosis"]) == ("fail", diagnosis)
+    ok = by_name(smoke("https://taotoken.net/api", SECRET, probe=False))["api_key"]
+    assert ok["status"] == "pass" and SECRET not in json.dumps(ok)
+
+
+def test_passwords_in_urls_are_never_shown():
+    result = smoke("https://user:hunter2pw@taotoken.net/api", SECRET, proxy="http://u:proxypw@127.0.0.1:1")
+    assert by_name(result)["base_url"]["diagnosis"] == "base_url_invalid"
+    assert "hunter2pw" not in json.dumps(result) and "proxypw" not in json.dumps(result)
+
+
+def test_an_empty_model_id_is_refused():
+    check = by_name(smoke("https://taotoken.net/api", SECRET, model="", probe=False))["model"]
+    assert (check["status"], check["diagnosis"]) == ("fail", "model_missing")
+
+
+# --- through the stand-in: the good path and each failure of the article ------------------------------------------
+
+
+def test_good_path_all_pass(chain):
+    result = smoke(chain.base_url, chain.key)
+    checks = by_name(result)
+    assert [c["status"] for c in result["checks"]] == ["pass"] * 6, result["checks"]
+    assert list(checks) == ["base_url", "api_key", "model", "gateway_models", "model_listed", "gateway_chat"]
+    assert checks["gateway_models"]["measured"] == ["glm-5.2-nvfp4"]
+    assert "408" in checks["gateway_chat"]["measured"]["content"]
+    assert result["urls"]["chat"] == f"{chain.gateway}/api/v1/chat/completions"
+    assert result["urls"]["sdk_base_url"] == f"{chain.gateway}/api/v1"
+    assert result["diagnoses"] == []
+
+
+def test_missing_key(chain):
+    result = smoke(chain.base_url, "")
+    checks = by_name(result)
+    assert checks["gateway_models"]["diagnosis"] == "key_missing"
+    assert (
+        "HTTP 401" in checks["gateway_models"]["measured"] and "Missing API key" in checks["gateway_models"]["measured"]
+    )
+    assert result["diagnoses"] == ["key_missing"]
+
+
+def test_wrong_key(chain):
+    result = smoke(chain.base_url, "sk-not-the-key-0123456789")
+    assert by_name(result)["gateway_models"]["diagnosis"] == "key_wrong"
+    assert by_name(result)["gateway_chat"]["diagnosis"] == "key_wrong"
+    assert result["diagnoses"] == ["key_wrong"]
+
+
+def test_key_with_a_trailing_space(chain):
+    """nginx drops the whitespace at the end of a header value, so this gateway lets the request through; the
+    check of the key as given (stripped vs raw) still names it: other clients send it verbatim or refuse it."""
+    result = smoke(chain.base_url, chain.key + " ")
+    check = by_name(result)["api_key"]
+    assert (check["status"], check["diagnosis"]) == ("fail", "key_whitespace")
+    assert "0 leading, 1 trailing" in check["measured"]
+    assert result["diagnoses"] == ["key_whitespace"]
+
+
+def test_key_with_a_leading_space_gets_401_named_whitespace(chain):
+    result = smoke(chain.base_url, " " + chain.key)
+    assert by_name(result)["gateway_models"]["diagnosis"] == "key_whitespace"
+    assert "HTTP 401" in by_name(result)["gateway_models"]["measured"]
+
+
+def test_base_url_with_v1_gets_404_named_doubled_v1(chain):
+    result = smoke(chain.base_url + "/v1", chain.key)
+    checks = by_name(result)
+    assert checks["base_url"]["diagnosis"] == "doubled_v1"
+    assert checks["gateway_models"]["fact"] == f"GET {chain.gateway}/api/v1/v1/models"
+    assert checks["gateway_models"]["measured"].startswith("HTTP 404")
+    assert checks["gateway_models"]["diagnosis"] == "doubled_v1"
+    assert f"{chain.gateway}/api:" in checks["gateway_models"]["fix"]
+    assert set(result["diagnoses"]) == {"doubled_v1"}
+
+
+def test_wrong_model_id_case_prints_the_whole_error_body(chain):
+    result = smoke(chain.base_url, chain.key, model="GLM-5.2-NVFP4")
+    checks = by_name(result)
+    assert checks["model_listed"]["diagnosis"] == "wrong_model_id"
+    assert "in case only" in checks["model_listed"]["detail"]
+    chat = checks["gateway_chat"]
+    assert chat["diagnosis"] == "wrong_model_id"
+    assert "reading choices" in chat["detail"]
+    body = chat["measured"].removeprefix("HTTP 404: ")
+    assert json.loads(body)["error"]["message"] == "The model `GLM-5.2-NVFP4` does not exist."
+    assert "glm-5.2-nvfp4" in chat["fix"]
+
+
+def test_refused_local_proxy(chain):
+    proxy = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    result = smoke(chain.base_url, chain.key, proxy=proxy)
+    checks = by_name(result)
+    assert checks["proxy"]["status"] == "pass"
+    for name in ("gateway_models", "gateway_chat"):
+        assert checks[name]["diagnosis"] == "local_proxy_failed"
+        assert "Connection refused" in checks[name]["measured"]
+        assert proxy in checks[name]["detail"]
+    assert result["diagnoses"] == ["local_proxy_failed"]
+
+
+def test_empty_answer_with_finish_length_is_a_warning(chain):
+    result = smoke(chain.base_url, chain.key, max_tokens=5)
+    chat = by_name(result)["gateway_chat"]
+    assert (chat["status"], chat["diagnosis"]) == ("warn", "budget_spent_on_reasoning")
+    assert chat["measured"]["finish_reason"] == "length"
+
+
+# --- the playbook: files, modes, and the key nowhere else -----------------------------------------------------------
+
+
+def playbook(tmp_path, *args: str, **extra) -> subprocess.CompletedProcess:
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"a800_servers": {
+        "hosts": {"gw-test-1": {"ansible_connection": "local"}, "gw-test-2": {"ansible_connection": "local"}},
+        "vars": {"model_profile": {"served_model_name": "glm-5.2-nvfp4"}}}}}}))  # fmt: skip
+    extra_vars = tmp_path / "extra-vars.json"  # the key reaches ansible-playbook in a file, as a vault would
+    extra_vars.write_text(json.dumps({"gateway_enabled": True, **extra}))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"),
+         "-i", str(inventory), "playbooks/gateway.yml", "-e", f"@{extra_vars}", "-v", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_playbook_writes_0600_client_files_and_the_key_appears_nowhere_else(chain, tmp_path):
+    out = tmp_path / "clients"
+    settings = {"gateway_base_url": chain.base_url + "/", "gateway_api_key": chain.key, "gateway_config_dir": str(out)}
+    first = playbook(tmp_path, **settings)
+    log = first.stdout + first.stderr
+    assert first.returncode == 0, log[-4000:]
+    assert chain.key not in log
+    assert "gateway_chat" in log and "6 pass" in log
+
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    secret_files = {".env", "coding-tool-settings.json"}
+    for name in (*secret_files, "openai_client.py"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+    for path in out.iterdir():
+        assert (chain.key in path.read_text()) == (path.name in secret_files), path.name
+    env = dict(line.split("=", 1) for line in (out / ".env").read_text().splitlines() if "=" in line)
+    assert env["OPENAI_BASE_URL"] == f"{chain.gateway}/api/v1"  # the OpenAI SDKs add no /v1 themselves
+    assert env["GATEWAY_BASE_URL"] == f"{chain.gateway}/api"
+    assert (env["OPENAI_API_KEY"], env["OPENAI_MODEL"]) == (chain.key, "glm-5.2-nvfp4")
+    tool = json.loads((out / "coding-tool-settings.json").read_text())
+    assert tool == {"baseUrl": f"{chain.gateway}/api", "apiKey": chain.key, "model": "glm-5.2-nvfp4",
+                    "authMode": "apiKey"}  # fmt: skip
+    assert f'BASE_URL = "{chain.gateway}/api/v1"' in (out / "openai_client.py").read_text()
+    report = json.loads((out / "smoke.json").read_text())
+    assert report["diagnoses"] == [] and {c["status"] for c in report["checks"]} == {"pass"}
+
+    # converged: check mode with diff changes nothing and shows no key either
+    again = playbook(tmp_path, "--check", "--diff", **settings)
+    log = again.stdout + again.stderr
+    assert again.returncode == 0, log[-4000:]
+    assert chain.key not in log
+    assert "changed=0" in log and "changed=1" not in log
+
+
+def test_playbook_refuses_a_v1_base_before_writing_anything(chain, tmp_path):
+    out = tmp_path / "clients"
+    run = playbook(tmp_path, gateway_base_url=chain.base_url + "/v1", gateway_api_key=chain.key,
+                   gateway_config_dir=str(out))  # fmt: skip
+    log = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert f"{chain.gateway}/api/v1/v1/chat/completions -> 404" in log
+    assert chain.key not in log
+    assert not out.exists()
+
+
+def test_playbook_is_opt_in(tmp_path):
+    run = playbook(tmp_path, gateway_enabled=False, gateway_api_key=SECRET)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "skipping" in run.stdout and SECRET not in run.stdout + run.stderr
