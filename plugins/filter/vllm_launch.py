@@ -414,7 +414,8 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     """Every rule over one rendered launch. `launch` is model_profile.launch; `ctx` carries the rest:
     env, extra_args, served_model_name, compute_caps, gpu_count, gpu_memory_mib, weights_gb, memory_model,
     sparse_attention, known_parsers, ready_timeout_s, min_ready_timeout_s, load_format, skip (rule names), and the
-    host facts (port, port_holder, image, weights_check, argcheck) when the serve role gathered them."""
+    host facts (port, port_holder, image, weights_check, argcheck) when the serve role gathered them; host_rules false
+    (the preflight phase) leaves out the rules of the serving host's state."""
     env = dict(launch.get("env") or {}) | dict(ctx.get("env") or {})
     extra = [str(a) for a in ctx.get("extra_args") or []]
     checks = []
@@ -522,7 +523,8 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
                 f"set serve_ready_timeout_s to at least {int(minimum)} (or leave it unset: sized from the weights)",
             )
         )
-    checks += _host_checks(ctx)
+    if ctx.get("host_rules", True):
+        checks += _host_checks(ctx)
     skip = set(ctx.get("skip") or [])
     for check in checks:
         if check["status"] == PENDING and ctx.get("strict"):

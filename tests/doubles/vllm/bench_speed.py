@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measure the vLLM test double's speed model with a streaming client, against the article's baselines.
+"""Measure the vLLM test double's speed model with the project's benchmark client, against the article's baselines.
 
     bench_speed.py            decode throughput at 1/4/16 streams and TTFT over 80-960 prompt tokens at real
                               speed (VLLM_TEST_DOUBLE_SPEED=1), then how many concurrent streams the double keeps
@@ -11,18 +11,16 @@ failed to start.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import aiohttp
 import yaml
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE / "src")]
+sys.path[:0] = [str(HERE), str(HERE / "src"), str(HERE.parents[2] / "plugins" / "module_utils")]
+import bench_judge  # noqa: E402
+from bench_client import run_load  # noqa: E402
 from harness import ROOT, Launcher, make_installs, make_weights  # noqa: E402
 from vllm._double.generate import total_throughput  # noqa: E402
 
@@ -30,42 +28,14 @@ PROFILE = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.
 BASELINES = PROFILE["baselines"]
 BANDS_TOK_S = {int(k.split("_")[1]): tuple(v) for k, v in BASELINES["decode_tok_s"].items()}
 TTFT_BAND_S = tuple(BASELINES["ttft_s"]["range"])
+MODEL = "glm-5.2-nvfp4"
 
 
-async def one(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int) -> dict:
-    body = {
-        "model": "glm-5.2-nvfp4",
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    start = time.perf_counter()
-    first = last = None
-    tokens = 0
-    async with session.post(url + "/v1/chat/completions", json=body) as response:
-        async for raw in response.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
-            if delta.get("reasoning") or delta.get("content"):
-                now = time.perf_counter()
-                first = first or now
-                last = now
-    return {"start": start, "first": first, "last": last, "tokens": tokens, "ttft": first - start}
-
-
-async def concurrent(url: str, streams: int, max_tokens: int, prompt: str = "Tell me a story.") -> dict:
-    async with aiohttp.ClientSession() as session:
-        results = await asyncio.gather(*(one(session, url, prompt, max_tokens) for _ in range(streams)))
-    span = max(r["last"] for r in results) - min(r["first"] for r in results)
-    total = sum(r["tokens"] - 1 for r in results)
-    return {"streams": streams, "tok_s": total / span, "ttft": sum(r["ttft"] for r in results) / streams}
+def concurrent(url: str, streams: int, max_tokens: int, prompt_tokens: int = 80) -> dict:
+    """One wave of `streams` requests with the project's benchmark client (plugins/module_utils/bench_client.py):
+    decode tok/s = streams / mean TPOT, mean TTFT in seconds."""
+    result = bench_judge.annotate(run_load(url, MODEL, None, streams, streams, prompt_tokens, max_tokens))
+    return {"streams": streams, "tok_s": result["decode_throughput"] or 0.0, "ttft": result["mean_ttft_ms"] / 1000}
 
 
 def verdict(value: float, band: tuple[float, float]) -> str:
@@ -84,18 +54,18 @@ def main() -> int:
             print("decode throughput at real speed (article, 8x A800 TP8 + MTP)")
             print(f"{'streams':>8} {'tok/s':>8} {'band':>12}  verdict")
             for streams, band in BANDS_TOK_S.items():
-                r = asyncio.run(concurrent(run.url, streams, 160))
+                r = concurrent(run.url, streams, 160)
                 print(f"{streams:>8} {r['tok_s']:>8.1f} {band[0]:>5}-{band[1]:<6}  {verdict(r['tok_s'], band)}")
             print("\nTTFT by prompt length (article: 0.2-0.5 s for 80-960 tokens)")
             for tokens in (80, 240, 480, 960):
-                r = asyncio.run(concurrent(run.url, 1, 4, prompt="x" * (tokens * 4 - 12)))
+                r = concurrent(run.url, 1, 4, prompt_tokens=tokens)
                 print(f"{tokens:>8} tokens  TTFT {r['ttft']:.3f} s  {verdict(r['ttft'], TTFT_BAND_S)}")
             fast = launcher.start(env={"VLLM_TEST_DOUBLE_SPEED": "100"}, extra=["--max-num-seqs", "256"])
             print("\nthe double on one core at speed factor 100 (modeled throughput x100)")
             print(f"{'streams':>8} {'tok/s':>10} {'modeled':>10} {'ratio':>6}")
             sustained = 0
             for streams in (16, 32, 64, 128, 256):
-                r = asyncio.run(concurrent(fast.url, streams, 200))
+                r = concurrent(fast.url, streams, 200)
                 modeled = total_throughput(streams) * 100
                 ratio = r["tok_s"] / modeled
                 sustained = streams if ratio >= 0.9 else sustained
