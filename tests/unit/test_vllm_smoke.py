@@ -109,3 +109,23 @@ def test_judgements_fail_on_their_faults():
     assert smoke.stream_check({"done": False, "role": "assistant", "content": "a"})["status"] == "fail"
     still = smoke.metrics_checks({"generation_tokens": 5}, {"generation_tokens": 5}, speculative=True)
     assert [c["status"] for c in still] == ["fail", "fail"]
+
+
+def test_gpu_rows_from_real_h200_output_and_the_verify_gpu_checks():
+    """nvidia-smi --query-gpu=index,name,memory.used,memory.total,utilization.gpu captured on 2x H200 (idle, and with
+    30 GB allocated and a matmul loop on GPU 0)."""
+    import verify_report
+
+    fixtures = ROOT / "tests/fixtures/nvidia-smi/h200-x2"
+    busy = verify_report.nvidia_smi_rows((fixtures / "query-verify-busy.csv").read_text())
+    assert busy[0] == {"index": 0, "name": "NVIDIA H200", "memory_used_mib": 30009, "memory_total_mib": 143771,
+                       "utilization_pct": 100}  # fmt: skip
+    assert busy[1]["memory_used_mib"] == 4 and busy[1]["utilization_pct"] == 0
+    idle = verify_report.nvidia_smi_rows((fixtures / "query-verify-idle.csv").read_text())
+    progress = {"load_gib": 53.2}  # "Model loading took 53.2 GiB" = 57.1 GB
+    baselines = {"memory_per_gpu_gb": {"weights": 57}}
+    checks = {c["name"]: c for c in verify_report.verify_gpu_checks(idle, 8, progress, baselines, 15)}
+    assert checks["gpus_visible"]["status"] == "fail"  # 2 GPUs for tensor parallel 8
+    assert checks["weights_per_gpu"]["status"] == "pass"
+    far = verify_report.verify_gpu_checks(idle, 2, {"load_gib": 20.0}, baselines, 15)
+    assert [c["status"] for c in far] == ["pass", "warn"]

@@ -21,3 +21,13 @@ def test_report_md_has_the_verdict_and_the_table(host):
     text = (ROOT / "reports" / host.backend.get_hostname() / "report.md").read_text()
     assert text.startswith("# glm-5.2-nvfp4 on ") and ": PASS" in text.splitlines()[0]
     assert "| pass | `answer_17x24` | 408 |" in text
+
+
+def test_bench_inside_the_article_bands(host):
+    folder = ROOT / "reports" / host.backend.get_hostname()
+    bench = json.loads((folder / "bench.json").read_text())["bench"]
+    statuses = {c["name"]: c["status"] for c in bench["checks"]}
+    for name in ("decode_tok_s@1", "decode_tok_s@4", "decode_tok_s@16", "ttft_s@80", "ttft_s@960"):
+        assert statuses.get(name) == "pass", bench["checks"]
+    assert (folder / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "## Benchmark against the article" in (folder / "report.md").read_text()
