@@ -2,6 +2,7 @@
 
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
@@ -31,3 +32,12 @@ def test_bench_inside_the_article_bands(host):
         assert statuses.get(name) == "pass", bench["checks"]
     assert (folder / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "## Benchmark against the article" in (folder / "report.md").read_text()
+
+
+def test_idempotence_and_check_did_not_restart_the_server(host):
+    """last-good.json is written when the first start became ready and not rewritten by an unchanged run: the
+    container started before it, so neither the idempotence run nor --check re-created it."""
+    good = host.file("/etc/a800-vllm/glm52-nvfp4/last-good.json").mtime.timestamp()
+    started = host.check_output("docker inspect -f '{{.State.StartedAt}}' glm52-nvfp4")
+    assert datetime.fromisoformat(started[:26].rstrip("Z") + "+00:00").timestamp() < good
+    assert host.check_output("docker inspect -f '{{.RestartCount}}' glm52-nvfp4") == "0"

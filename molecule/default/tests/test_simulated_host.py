@@ -2,10 +2,16 @@
 persistence daemon, daemon.json merged (the operator's keys kept), and `docker run --gpus all` seeing 8 GPUs."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
+import yaml
 
 PROBE = "a800-testbed/probe:latest"
+THRESHOLD = yaml.safe_load(
+    (Path(os.environ["MOLECULE_PROJECT_DIRECTORY"]) / "inventories/sim/group_vars/all/simulated_host.yml").read_text()
+)["weights_residency_threshold_pct"]
 DRIVER = "580.95.05-0ubuntu1"
 TOOLKIT = "1.17.8-1"
 DRIVER_PACKAGES = ("nvidia-driver-580-open", "nvidia-utils-580", "nvidia-compute-utils-580")
@@ -96,8 +102,9 @@ def test_weights_are_in_the_page_cache(host):
     rows = [line.split() for line in out.splitlines()]
     assert len(rows) == 8
     resident, size = (sum(int(row[i]) for row in rows) for i in (0, 1))
-    # the prewarm read every missing page; a small VM under CI load may have reclaimed a few since
-    assert resident >= 0.90 * size
+    # at least the simulated host's weights_residency_threshold_pct: below it the prewarm reads the missing pages
+    # again; a small VM under CI load reclaims some between runs (a real host holds 99 %)
+    assert resident >= THRESHOLD / 100 * size
 
 
 def test_prewarm_progress_file_says_finished(host):
