@@ -6,6 +6,10 @@ report.md, the play's output and set_stats all show the same thing.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 GIB = 1024**3
@@ -78,20 +82,41 @@ def verify_summary(checks: list[dict]) -> dict:
     return {**counts, "total": len(checks), "ok": counts["fail"] == 0}
 
 
+VERIFY_QUERY = ("index", "name", "memory.used", "memory.total", "utilization.gpu")
+
+
+def _nvidia_smi() -> ModuleType:
+    """The project's nvidia-smi parser (plugins/module_utils/nvidia_smi.py): controller-side plugins cannot import
+    module_utils through `ansible.module_utils`, so it is loaded by path."""
+    name = "a800_vllm_module_utils_nvidia_smi"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "module_utils" / "nvidia_smi.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
 def nvidia_smi_rows(stdout: str) -> list[dict]:
-    """`nvidia-smi --query-gpu=index,name,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits`."""
-    rows = []
-    for line in stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 5:
-            continue
+    """`nvidia-smi --query-gpu=index,name,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits`,
+    read by the project's parser ([N/A] and friends become None)."""
+    rows = _nvidia_smi().parse_query_csv(stdout, VERIFY_QUERY)
 
-        def number(text: str) -> int | None:
-            return int(float(text)) if text.replace(".", "", 1).isdigit() else None
+    def pct(value: str | None) -> int | None:
+        return None if value is None else int(float(value))
 
-        rows.append({"index": number(parts[0]), "name": parts[1], "memory_used_mib": number(parts[2]),
-                     "memory_total_mib": number(parts[3]), "utilization_pct": number(parts[4])})  # fmt: skip
-    return rows
+    return [
+        {
+            "index": r["index"],
+            "name": r["name"],
+            "memory_used_mib": r["memory.used"],
+            "memory_total_mib": r["memory.total"],
+            "utilization_pct": pct(r["utilization.gpu"]),
+        }
+        for r in rows
+    ]
 
 
 class FilterModule:
