@@ -5,10 +5,16 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_HOME := $(CURDIR)/.ansible-home
+# Runs from here keep Ansible's state in this clone: the fact cache (ansible.cfg's default is ~/.ansible, where an
+# earlier run's facts about a test host of the same name would stand in for fresh ones) and the collections (only
+# the pinned ones of .venv and those installed into .ansible-home, never a stray copy in ~/.ansible).
+export ANSIBLE_CACHE_PLUGIN_CONNECTION := $(CURDIR)/.ansible-home/fact_cache
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.ansible-home/collections
 export ANSIBLE_FORCE_COLOR ?= true
 PYTHON ?= python3
 
-.PHONY: help deps venv contract-venv lock images demo demo-down lint unit contract bench-double bench-prewarm molecule test clean
+.PHONY: help deps venv contract-venv lock images demo demo-down lint unit contract bench bench-double bench-overhead \
+	bench-agreement bench-prewarm molecule test fresh clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -56,17 +62,27 @@ lint: venv  ## yamllint, ansible-lint (production profile), ruff
 	ruff check .
 	ruff format --check .
 
-unit: venv contract-venv images  ## unit tests and the vLLM test double's tests (local processes, its image)
-	pytest -q -m "not contract"
+# ORDER=reverse|shuffle runs the suites in another order (see tests/conftest.py); the tests build what they read.
+ORDER ?= default
+unit: venv contract-venv deps  ## unit tests and the vLLM test double's tests (local processes, its image)
+	pytest -q -m "not contract" --order $(ORDER)
 
 contract: venv contract-venv  ## the same client checks against the vLLM test double and a real vLLM (CPU)
-	pytest -q -m contract tests/contract tests/unit
+	pytest -q -m contract tests/contract tests/unit --order $(ORDER)
 
 bench-prewarm: deps  ## the weights prewarm against vmtouch, fio, cat and O_DIRECT (root; GIB=12 by default)
 	python3 scripts/bench-prewarm --gib $${GIB:-12}
 
+bench: bench-double bench-overhead bench-agreement  ## the benchmarks: figures and ratios printed, never a failure on one
+
 bench-double: venv  ## the test double's speed model against the article's baselines (prints figures)
 	python tests/doubles/vllm/bench_speed.py
+
+bench-overhead: venv  ## the benchmark client's overhead at 16 streams against an aiohttp reference (prints ratios)
+	python scripts/bench-client-overhead --speeds 1,4
+
+bench-agreement: venv contract-venv  ## the benchmark client vs the real `vllm bench serve` (prints ratios)
+	python tests/contract/bench_agreement.py
 
 molecule: venv images  ## every Molecule scenario; `serve` (two hosts, mostly waiting) runs beside the others
 	mkdir -p .ansible-home
@@ -75,7 +91,10 @@ molecule: venv images  ## every Molecule scenario; `serve` (two hosts, mostly wa
 	wait $$serve || { rc=1; echo "scenario serve FAILED"; }; \
 	echo "----- scenario serve (ran in parallel) -----"; cat .ansible-home/molecule-serve.log; exit $$rc
 
-test: lint unit contract bench-double molecule  ## everything CI runs
+test: lint unit contract bench molecule  ## everything CI runs
+
+fresh:  ## remove what earlier runs left (test-bed containers, images, /var/tmp/a800-*, venvs): a fresh machine
+	tests/testbed/reset-state.sh
 
 clean: demo-down  ## remove the demo host and local state
 	rm -rf .ansible-home

@@ -3,6 +3,8 @@ vLLM test double (tests/doubles/vllm/harness.py) as local processes."""
 
 from __future__ import annotations
 
+import os
+import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +17,60 @@ for _sub in ("plugins/module_utils", "plugins/filter", "tests/doubles/vllm"):
     _path = str(ROOT / _sub)
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+ORDERS = ("default", "reverse", "shuffle")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("a800 test order", "prove that no test depends on the order tests run in")
+    group.addoption(
+        "--order",
+        choices=ORDERS,
+        default=os.environ.get("A800_TEST_ORDER", "default"),
+        help="default: as collected; reverse: the whole collection reversed; shuffle: the test files in a random "
+        "order, each file's tests forwards or backwards (groups of a parametrised module fixture stay together, "
+        "so a server fixture starts once). Env A800_TEST_ORDER sets the default.",
+    )
+    group.addoption("--order-seed", type=int, default=None, help="the seed of --order shuffle (printed in the header)")
+
+
+def _order_seed(config: pytest.Config) -> int:
+    if config.getoption("order_seed") is None:
+        config.option.order_seed = random.SystemRandom().randrange(10**6)
+    return config.getoption("order_seed")
+
+
+def _order_line(config: pytest.Config) -> str:
+    order = config.getoption("order")
+    if order == "shuffle":
+        seed = _order_seed(config)
+        return f"test order: shuffle, seed {seed} (again: --order shuffle --order-seed {seed})"
+    return f"test order: {order}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _order_line(config)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The order again at the end, where `pytest -q` (which has no header) shows it too."""
+    if config.getoption("order") != "default":
+        terminalreporter.write_line(_order_line(config))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    order = config.getoption("order")
+    if order == "reverse":
+        items.reverse()
+    elif order == "shuffle":
+        rng = random.Random(_order_seed(config))
+        files: dict[str, list[pytest.Item]] = {}
+        for item in items:
+            files.setdefault(item.nodeid.split("::")[0], []).append(item)
+        blocks = list(files.values())
+        rng.shuffle(blocks)
+        items[:] = [item for block in blocks for item in (block if rng.random() < 0.5 else reversed(block))]
+
 
 FIXTURES = ROOT / "tests" / "fixtures"
 NVIDIA_SMI_FIXTURES = FIXTURES / "nvidia-smi"
@@ -62,6 +118,30 @@ def weights(tmp_path_factory) -> Path:
     from harness import make_weights
 
     return make_weights(tmp_path_factory.mktemp("weights") / "GLM-5.2-NVFP4")
+
+
+@pytest.fixture(scope="session")
+def testbed_images() -> None:
+    """The test bed's images in this machine's Docker engine (the simulated host, the vLLM test double tagged like
+    the base image, the gateway stand-in, the probe) and the stand-in apt repository: tests/testbed/build-images.sh
+    builds what is missing or changed (and starts an engine if none answers); a no-op when all is up to date."""
+    import subprocess
+
+    build = subprocess.run([str(ROOT / "tests" / "testbed" / "build-images.sh")], capture_output=True, text=True)
+    if build.returncode != 0:
+        pytest.fail(f"tests/testbed/build-images.sh failed ({build.returncode}):\n{build.stdout}{build.stderr}")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The real vLLM's tiny random-weight model (tests/contract/tiny_model.py), built in this run's temporary
+    directory by whichever test asks first (locked, renamed into place when complete); never a left-over."""
+    sys.path.insert(0, str(ROOT / "tests" / "contract"))
+    try:
+        import real_vllm
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "contract"))
+    return real_vllm.build_model(tmp_path_factory.getbasetemp() / "tiny-model")
 
 
 @pytest.fixture

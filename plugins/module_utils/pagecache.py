@@ -191,11 +191,13 @@ def prewarm(
             t.start()
         while alive := [t for t in threads if t.is_alive()]:
             alive[0].join(timeout=every_s)
-            if on_progress:
+            if on_progress and any(t.is_alive() for t in threads):
                 on_progress(progress.snapshot())
         if errors:
             raise errors[0]
         final = progress.snapshot()
+        if on_progress:  # the last report is the total, however quickly the readers finished
+            on_progress(final)
     finally:
         for m in maps.values():
             m.close()

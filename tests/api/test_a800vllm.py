@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -359,16 +358,7 @@ def test_runner_environment_and_phases():
 # --- real runs against simulated A800 hosts ----------------------------------------------------------------
 
 
-def _testbed_missing() -> str | None:
-    if shutil.which("docker") is None:
-        return "no docker CLI"
-    probe = subprocess.run(["docker", "image", "inspect", "a800-testbed/sim-host:latest"], capture_output=True)
-    if probe.returncode != 0:
-        return "no simulated-host image (make images)"
-    return None
-
-
-live = pytest.mark.skipif(bool(_testbed_missing()), reason=str(_testbed_missing()))
+live = pytest.mark.usefixtures("testbed_images")  # the simulated host's image, built by the fixture
 
 
 def _sim(state: str) -> None:
@@ -376,7 +366,7 @@ def _sim(state: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def sim_inventory(tmp_path_factory) -> Iterator[Path]:
+def sim_inventory(tmp_path_factory, testbed_images) -> Iterator[Path]:
     """Fresh simulated hosts a800-api-ok (8 GPUs, nothing installed) and a800-api-4gpu (4 GPUs, the stand-in driver
     installed, as on a server that has one), in an inventory with the simulated host's group_vars; removed after."""
     directory = tmp_path_factory.mktemp("api-inventory")

@@ -1,11 +1,12 @@
 """Start the real vLLM OpenAI server (CPU build in .venv-vllm) on a tiny local model, for contract tests.
 
-    python tests/contract/real_vllm.py --port 18000 [--api-key secret] [-- EXTRA VLLM ARGS]
+    python tests/contract/real_vllm.py --port 18000 --model-dir DIR [--api-key secret] [-- EXTRA VLLM ARGS]
 
-runs the server in the foreground until Ctrl-C / SIGTERM. From pytest::
+runs the server in the foreground until Ctrl-C / SIGTERM (the tiny model is built into DIR if missing). From
+pytest, with the session fixture ``tiny_model`` of tests/conftest.py (built once per run)::
 
     from real_vllm import RealVllm
-    with RealVllm(port=18000) as server:      # builds the model, starts, waits for /health 200
+    with RealVllm(port=18000, model_dir=tiny_model) as server:   # starts, waits for /health 200
         httpx.get(server.base_url + "/v1/models")
 
 The python that runs vLLM is ``/work/main/.venv-vllm/bin/python`` unless env ``REAL_VLLM_PYTHON``
@@ -33,7 +34,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DEFAULT_PYTHON = str(ROOT / ".venv-vllm" / "bin" / "python")
-DEFAULT_MODEL_DIR = "/var/tmp/a800-contract/tiny-model"
 SERVED_MODEL_NAME = "glm-5.2-nvfp4"
 HEALTH_TIMEOUT_S = 180.0
 
@@ -105,8 +105,9 @@ def vllm_cli(*args: str) -> list[str]:
     return [vllm_python(), "-c", CLI_SHIM, *args]
 
 
-def build_model(path: str | os.PathLike[str] = DEFAULT_MODEL_DIR) -> Path:
-    """The tiny model in ``path``, built if missing (with the vLLM python: it has ``tokenizers``)."""
+def build_model(path: str | os.PathLike[str]) -> Path:
+    """The tiny model in ``path``, built if missing (with the vLLM python: it has ``tokenizers``; the build
+    locks and renames into place, so concurrent callers get one complete model)."""
     sys.path.insert(0, str(HERE))
     try:
         import tiny_model
@@ -136,8 +137,8 @@ class RealVllm:
     def __init__(
         self,
         port: int,
+        model_dir: str | os.PathLike[str],
         api_key: str | None = None,
-        model_dir: str | os.PathLike[str] = DEFAULT_MODEL_DIR,
         extra_args: Sequence[str] = (),
         log_path: str | os.PathLike[str] | None = None,
         timeout: float = HEALTH_TIMEOUT_S,
@@ -228,12 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--api-key")
-    parser.add_argument("--model-dir", default=DEFAULT_MODEL_DIR)
+    parser.add_argument("--model-dir", required=True, help="the tiny model's directory (built there if missing)")
     parser.add_argument("--log", help="server log file (default: next to the model dir)")
     parser.add_argument("--timeout", type=float, default=HEALTH_TIMEOUT_S)
     parser.add_argument("extra", nargs="*", help="extra vLLM args, after --")
     args = parser.parse_args(argv)
-    server = RealVllm(args.port, args.api_key, args.model_dir, args.extra, args.log, args.timeout)
+    server = RealVllm(args.port, args.model_dir, args.api_key, args.extra, args.log, args.timeout)
 
     def _terminate(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt

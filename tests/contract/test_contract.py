@@ -70,7 +70,8 @@ def server(request, tmp_path_factory):
         yield Server("double", run.url, None)
         launcher.stop_all()
     else:
-        real = real_vllm.RealVllm(port=free_port(), api_key=KEY, log_path=tmp_path_factory.mktemp("real") / "log")
+        model = request.getfixturevalue("tiny_model")
+        real = real_vllm.RealVllm(free_port(), model, api_key=KEY, log_path=tmp_path_factory.mktemp("real") / "log")
         real.start()
         yield Server("real", real.base_url, think_end_id(real.model_dir))
         real.stop()

@@ -1,6 +1,9 @@
 """Build a tiny random-weight model directory that the real vLLM can serve (CPU, no internet).
 
-    python tests/contract/tiny_model.py /var/tmp/a800-contract/tiny-model
+    python tests/contract/tiny_model.py DIR
+
+(the tests get it from the session fixture ``tiny_model`` in tests/conftest.py, built once per pytest run
+in that run's temporary directory).
 
 What it writes (in a few seconds):
 
@@ -17,11 +20,16 @@ What it writes (in a few seconds):
 
 Only the tokenizer step needs ``tokenizers`` (present in ``.venv-vllm``, not in the test venv):
 callers without it run this file with the vLLM venv's python (see ``real_vllm.py``).
-Idempotent: a directory that already holds a complete model (``.complete`` marker) is left alone.
+Idempotent and safe to call from several processes at once: the build holds an exclusive lock
+(``DIR.lock``), writes into a temporary sibling directory and renames it into place, so a reader sees
+either no model or a complete one; a directory that already holds a complete model (``.complete``
+marker) is left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import random
@@ -192,12 +200,31 @@ def _write_safetensors(path: Path, vocab: int) -> None:
             fh.write(blob)
 
 
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock beside ``path`` (``path.lock``), held for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build(path: str | os.PathLike[str], force: bool = False) -> Path:
     """Write the tiny model into ``path`` (skipped when it is already complete); returns the path."""
     path = Path(path)
     if not force and is_complete(path):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path):
+        if not force and is_complete(path):  # another process built it while this one waited
+            return path
+        _build_into(path)
+    return path
+
+
+def _build_into(path: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=path.parent))
     try:
         tok = _train_tokenizer()
@@ -270,7 +297,6 @@ def build(path: str | os.PathLike[str], force: bool = False) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return path
 
 
 if __name__ == "__main__":

@@ -18,8 +18,11 @@ def docker(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, **kw)
 
 
+pytestmark = pytest.mark.usefixtures("testbed_images")
+
+
 @pytest.fixture(scope="module")
-def patched_image(tmp_path_factory) -> str:
+def patched_image(tmp_path_factory, testbed_images) -> str:
     site = docker(
         "run", "--rm", "--entrypoint", "python3", BASE, "-c", "import os, vllm; print(os.path.dirname(vllm.__file__))"
     ).stdout.strip()

@@ -65,9 +65,7 @@ def _answers(url: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory, installs, weights):
-    if _docker("image", "inspect", STANDIN_IMAGE, check=False).returncode != 0:
-        pytest.fail(f"{STANDIN_IMAGE} is missing: build it with tests/testbed/build-images.sh (make images)")
+def chain(tmp_path_factory, installs, weights, testbed_images):
     launcher = Launcher(tmp_path_factory.mktemp("gateway-double"), installs, weights)
     container = f"a800-gateway-standin-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     try:

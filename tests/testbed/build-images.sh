@@ -6,7 +6,8 @@
 #   vllm/vllm-openai:v0.26.0       the vLLM test double (tests/doubles/vllm), tagged like the real base image
 #   a800-testbed/gateway-standin:latest  the unified-key gateway stand-in: nginx with bearer-key auth (tests/testbed/gateway)
 # and the local apt repository of stand-in NVIDIA packages (tests/testbed/standin-nvidia).
-# Each image is built only when missing or when its inputs changed (content hash in a label).
+# Each image is built only when missing or when its inputs changed (content hash in a label). One build at a time
+# (a lock in the work directory): tests that run it from their fixtures and `make images` may overlap.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 base=a800-testbed/debian12:base
@@ -15,6 +16,8 @@ probe=a800-testbed/probe:latest
 gateway=a800-testbed/gateway-standin:latest
 work=${TESTBED_WORK:-/var/tmp/a800-testbed}
 mkdir -p "$work"
+exec 9>"$work/.build.lock"
+flock 9
 
 "$here/ensure-dockerd.sh"
 

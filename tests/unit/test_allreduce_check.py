@@ -71,10 +71,14 @@ def test_cpu_run_prints_one_line_per_size(cpu_run):
     assert all(lines), cpu_run.stdout
     assert [m["size"] for m in lines] == ["1", "2"]  # rank 0 alone prints
     assert {m["ranks"] for m in lines} == {"2"}
-    for m in lines:
-        assert float(m["time"]) > 0 and float(m["busbw"]) > 0
+    result = json.loads(next(line for line in cpu_run.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    for m, size in zip(lines, result["sizes"], strict=True):
+        assert float(m["time"]) > 0  # a measured duration: a loaded machine only makes it longer
+        # the figures printed are the RESULT's (the speed itself is this machine's, printed and not judged)
+        assert (m["time"], m["busbw"]) == (f"{size['time_ms']:.3f}", f"{size['busbw_gbps']:.2f}")
         # 2 ranks: busbw = algbw * 2(2-1)/2 = algbw
         assert float(m["busbw"]) == pytest.approx(float(m["algbw"]), abs=0.011)
+        print(f"\nBENCH all-reduce CPU/Gloo 2 ranks: {m['size']} MiB in {m['time']} ms, busbw {m['busbw']} GB/s")
 
 
 @needs_torch
@@ -106,8 +110,10 @@ def test_cpu_run_parsed_and_judged(cpu_run):
         if record:
             assert parsed["busbw_gbps"][f"{record['size_mib']:g}"] == pytest.approx(record["busbw_gbps"], abs=0.006)
     run = {"rc": cpu_run.returncode, "stdout": cpu_run.stdout, "stderr": cpu_run.stderr}
-    verdict = evaluate(run, min_busbw_gbps=0.0001, timeout_s=60, gpus=2)
+    # no bandwidth floor: how fast Gloo is here is the machine's; the floor's verdicts: test_low_bus_bandwidth
+    verdict = evaluate(run, min_busbw_gbps=0, timeout_s=60, gpus=2)
     assert verdict["status"] == "pass" and verdict["reason"] == "ok"
+    assert verdict["max_busbw_gbps"] == max(parsed["busbw_gbps"].values())
     assert verdict["device"] == "cpu" and verdict["ranks"] == 2
 
 

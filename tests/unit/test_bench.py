@@ -386,8 +386,8 @@ class Scripted(BaseHTTPRequestHandler):
         self.head(200, Content_Type="text/event-stream", Content_Length=str(len(stream)))
         self.wfile.write(stream)
 
-    def play_slow(self) -> None:
-        time.sleep(1.0)
+    def play_slow(self) -> None:  # answers only once the test lets it (30 s at most, against a hang)
+        self.server.release.wait(30)
         self.play_chunked()
 
 
@@ -395,10 +395,11 @@ class Scripted(BaseHTTPRequestHandler):
 def scripted():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
     server.daemon_threads = True
-    server.seen, server.peers, server.mode = [], set(), "chunked"
+    server.seen, server.peers, server.mode, server.release = [], set(), "chunked", threading.Event()
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield server
+    server.release.set()
     server.shutdown()
     server.server_close()
 
@@ -447,8 +448,9 @@ def test_a_stream_without_choices_cannot_be_timed(scripted):
 
 
 def test_timeout_and_refused_connection(scripted):
-    scripted.mode = "slow"
+    scripted.mode = "slow"  # no answer until the client has given up, however slow the machine
     result = bench_client.run_load(scripted.url, MODEL, None, 1, 1, 16, 8, timeout_s=0.2)
+    scripted.release.set()
     assert result["errors"] == ["timed out after 0.2 s"]
     closed = bench_client.run_load("http://127.0.0.1:9", MODEL, None, 1, 1, 16, 8, timeout_s=5)
     assert closed["failed"] == 1 and "ConnectionRefusedError" in closed["errors"][0]
@@ -476,6 +478,10 @@ def test_run_load_against_the_double(double):
     assert all(r["ttft_s"] >= 0.2 / 50 for r in requests)  # the double's prefill of 80 tokens at speed 50
     assert all(r["tpot_s"] == pytest.approx((r["e2el_s"] - r["ttft_s"]) / 31) for r in requests)
     assert result["decode_throughput"] > 0 and result["mean_input_tokens"] == 84
+    print(
+        f"\nBENCH bench_client on the double (speed 50, 4 streams): decode {result['decode_throughput']:.0f} tok/s "
+        f"(model 180 x 50 = 9000), mean TTFT {result['mean_ttft_ms']:.1f} ms (model 4.0)"
+    )
 
 
 def test_calibrate_on_the_double(double):
@@ -536,15 +542,21 @@ def test_module_with_the_client_against_the_double(double, tmp_path, capsys):
     ]
     assert [r["mean_input_tokens"] for r in scenarios["ttft"]] == [84, 2052]
     assert scenarios["long_context"]["mean_input_tokens"] == 4100 and scenarios["long_context"]["completed"] == 2
-    assert [(c["name"], c["status"]) for c in bench["checks"]] == [
-        ("decode_tok_s@1", "pass"),  # 50 x faster than the article: above the band
-        ("decode_tok_s@4", "pass"),
-        ("ttft_s@80", "pass"),
-        ("long_context@2x4096", "pass"),
-        ("requests", "pass"),
-    ]
-    assert "above the article's band" in bench["checks"][0]["detail"]
-    assert bench["status"] == "pass" and bench["summary"][-1] == "bench pass: 5 pass, 0 warn, 0 fail"
+    checks = {c["name"]: c for c in bench["checks"]}
+    assert list(checks) == ["decode_tok_s@1", "decode_tok_s@4", "ttft_s@80", "long_context@2x4096", "requests"]
+    assert checks["long_context@2x4096"]["status"] == "pass" and checks["requests"]["status"] == "pass"  # counts
+    # the speeds are this machine's: each check judges its scenario's own figure against the article's band (the
+    # verdicts themselves: test_throughput_bands, test_latency_bands), and is printed, not asserted
+    for result in scenarios["concurrency"]:
+        check = checks[f"decode_tok_s@{result['max_concurrency']}"]
+        assert check["measured"] == round(result["decode_throughput"], 3) and check["unit"] == "tok/s"
+        assert check["expected"] == BASELINES["decode_tok_s"][f"concurrency_{result['max_concurrency']}"]
+    assert checks["ttft_s@80"]["measured"] == round(scenarios["ttft"][0]["mean_ttft_ms"] / 1000, 3)
+    assert checks["ttft_s@80"]["expected"] == BASELINES["ttft_s"]["range"]
+    assert bench["status"] == bench_judge.worst(bench["checks"])
+    assert bench["summary"] == bench_judge.summary_lines(bench["checks"])
+    for check in bench["checks"][:3]:
+        print(f"\nBENCH vllm_bench module on the double (speed 50): {check['status'].upper()} {check['detail']}")
 
 
 FAKE_DOCKER = """#!{python}
@@ -677,8 +689,12 @@ def test_module_runs_under_ansible(double):
     )
     assert rc == 0 and out, raw
     host = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    assert host["changed"] is False and host["bench"]["status"] == "pass", host
-    assert host["bench"]["checks"][0]["name"] == "decode_tok_s@2"
+    assert host["changed"] is False, host
+    checks = host["bench"]["checks"]
+    assert [c["name"] for c in checks] == ["decode_tok_s@2", "requests"], checks
+    assert checks[1]["status"] == "pass"  # both requests completed; the speed's verdict is this machine's
+    assert host["bench"]["status"] == bench_judge.worst(checks)
+    print(f"\nBENCH vllm_bench under Ansible on the double (speed 50): {checks[0]['status']} {checks[0]['detail']}")
     assert "sk-never-logged" not in raw
 
 

@@ -129,8 +129,10 @@ class Health(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def health():
-    """A local /health: health.status = 200 / 503; health.url."""
+def health(monkeypatch):
+    """A local /health: health.status = 200 / 503; health.url. Its GET may take up to the (fake) window's end, not
+    2 s of real time: on a loaded machine a late answer must not read as no answer."""
+    monkeypatch.setattr(readiness, "HEALTH_TIMEOUT_S", 30.0)
     handler = type("H", (Health,), {"status": 200})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
@@ -164,6 +166,38 @@ def docker(tmp_path):
     return fake
 
 
+class Clock:
+    """watch()'s clock, sleep and wall clock, faked: time moves only when watch() sleeps, so poll counts, windows,
+    grace periods and elapsed times are exact however long the fake docker takes to answer on a loaded machine.
+    `on_sleep` runs (in real time) at each sleep, for tests that wait for something real to happen."""
+
+    def __init__(self, wall_at_zero: float = STARTED_EPOCH + 120) -> None:
+        self.now = 0.0
+        self.wall_at_zero = wall_at_zero  # the epoch seconds at which watch() starts: two minutes after StartedAt
+        self.sleeps: list[float] = []
+        self.on_sleep = lambda: None
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        self.on_sleep()
+
+    def wall(self) -> float:
+        return self.wall_at_zero + self.now
+
+
+def watch(params: dict, clock: Clock | None = None) -> dict:
+    """readiness.watch on a fake clock; the real seconds it took are printed, never asserted."""
+    clock = clock or Clock()
+    real = time.monotonic()
+    result = readiness.watch(params, clock=clock.monotonic, sleep=clock.sleep, wall=clock.wall)
+    print(f"\nBENCH vllm_readiness watch: {time.monotonic() - real:.2f} s wall for {result['polls']} polls")
+    return result
+
+
 def params(docker, health=None, **overrides) -> dict:
     return {
         "container": "glm52-nvfp4",
@@ -179,31 +213,50 @@ def params(docker, health=None, **overrides) -> dict:
     }
 
 
+def wait_until(condition, limit_s: float = 30.0) -> None:
+    """Wait for something that happens in real time (a subprocess's output); the limit only stops a hang, the
+    test's assertions decide."""
+    deadline = time.monotonic() + limit_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 # --- live progress ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("live", [True, False])
-def test_progress_of_the_unterminated_bar_comes_from_attach(docker, health, live):
+def test_progress_of_the_unterminated_bar_comes_from_attach(docker, health, live, monkeypatch):
     """docker logs holds back the bar until its newline; the attach stream has it while it is drawn."""
     health.status = 503
     docker.play("glm52-nvfp4", [RUNNING], [stamped(BOOT)], attach="\r".join(bar(k) for k in range(0, 21)))
-    result = readiness.watch(params(docker, health, window_s=0.6, poll_s=0.1, live_progress=live))
-    assert result["state"] == "loading"
+    tails = []
+
+    class Recorded(readiness.LiveTail):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            tails.append(self)
+
+    monkeypatch.setattr(readiness, "LiveTail", Recorded)
+    clock = Clock()
+    # the attach stream arrives in its own time: each sleep waits (30 s at most) until the bar came through it
+    clock.on_sleep = lambda: wait_until(lambda: not tails or tails[0].partial())
+    result = watch(params(docker, health, window_s=0.5, poll_s=0.125, live_progress=live), clock)
+    assert result["state"] == "loading" and result["polls"] == 5 and clock.now == 0.5
     if live:
         assert result["progress"]["shards_done"] == 20 and result["progress"]["shards_total"] == 80
         assert "20/80" in result["message"]
     else:
         assert result["progress"]["shards_done"] is None
-    assert docker.calls("attach") == (1 if live else 0)
+    assert docker.calls("attach") == (1 if live else 0) and len(tails) == (1 if live else 0)
 
 
 # --- ready ---------------------------------------------------------------------------------------------------------
 def test_ready_within_one_poll_of_the_startup_line(docker, health):
     """/health answers 200 all along, but ready needs the log line too: the third poll shows it, and returns."""
     docker.play("glm52-nvfp4", [RUNNING], [stamped(LOADING), stamped(LOADED), stamped(READY), stamped(READY)])
-    started = time.monotonic()
-    result = readiness.watch(params(docker, health))
-    assert time.monotonic() - started < 5
+    clock = Clock()
+    result = watch(params(docker, health), clock)
     assert result["state"] == "ready"
     assert result["polls"] == 3 and docker.calls("logs") == 3
+    assert clock.sleeps == [0.02, 0.02]  # one poll interval between polls, and no wait for the 10 s window
     assert result["health_status"] == 200
     assert result["progress"]["phase"] == "ready" and result["progress"]["kv_cache_tokens"] == 173612
     assert result["markers"]["ok"] is True
@@ -216,7 +269,7 @@ def test_ready_within_one_poll_of_the_startup_line(docker, health):
 def test_ready_reports_warnings_without_waiting(docker, health):
     dense = [line.replace("TRITON_MLA_SPARSE", "FLASH_ATTN") for line in READY]
     docker.play("glm52-nvfp4", [RUNNING], [stamped(dense)])
-    result = readiness.watch(params(docker, health))
+    result = watch(params(docker, health))
     assert result["state"] == "ready" and result["polls"] == 1
     assert [(d["name"], d["fatal"]) for d in result["diagnosis"]] == [("dense_attention_fallback", False)]
     assert "(warnings: dense_attention_fallback)" in result["message"]
@@ -224,21 +277,23 @@ def test_ready_reports_warnings_without_waiting(docker, health):
 
 
 def test_startup_line_with_health_503_fails_after_the_grace(docker, health, monkeypatch):
-    monkeypatch.setattr(readiness, "READY_GRACE_S", 0.2)
+    monkeypatch.setattr(readiness, "READY_GRACE_S", 1.0)
     health.status = 503
     docker.play("glm52-nvfp4", [RUNNING], [stamped(READY)])
-    result = readiness.watch(params(docker, health))
+    clock = Clock()
+    result = watch(params(docker, health, poll_s=0.25), clock)
     assert result["state"] == "failed"
-    assert result["health_status"] == 503 and result["polls"] > 2
+    # the line is seen at 0 s; polls at 0.25, 0.5 and 0.75 s are within the grace, the one at 1 s fails
+    assert result["health_status"] == 503 and result["polls"] == 5 and clock.now == 1.0
     assert result["diagnosis"][0]["name"] == "unknown"
-    assert "answered 503" in result["diagnosis"][0]["cause"]
+    assert "answered 503 for 1 s" in result["diagnosis"][0]["cause"]
 
 
 # --- failed --------------------------------------------------------------------------------------------------------
 def test_crashed_container_is_diagnosed(docker, health):
     health.status = 503
     docker.play("glm52-nvfp4", [RUNNING, RUNNING, exited(1)], [stamped(LOADING), stamped(LOADING), stamped(OOM)])
-    result = readiness.watch(params(docker, health))
+    result = watch(params(docker, health))
     assert result["state"] == "failed"
     assert result["polls"] == 3
     assert result["exit_code"] == 1 and result["container_status"] == "exited"
@@ -254,7 +309,7 @@ def test_crashed_container_is_diagnosed(docker, health):
 def test_fatal_line_fails_while_the_container_still_runs(docker, health):
     timeout = "TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow weight"
     docker.play("glm52-nvfp4", [RUNNING], [stamped(LOADING), stamped([*LOADING, timeout])])
-    result = readiness.watch(params(docker, health))
+    result = watch(params(docker, health))
     assert result["state"] == "failed" and result["polls"] == 2
     assert result["exit_code"] is None
     assert [d["name"] for d in result["diagnosis"]] == ["engine_ready_timeout"]
@@ -265,7 +320,7 @@ def test_dead_engine_behind_a_running_api_server_fails(docker, health):
     health.status = 503
     dead = [*READY, "(EngineCore_DP0 pid=8) ERROR 11-30 09:09:00 [core.py:868] EngineCore encountered a fatal error."]
     docker.play("glm52-nvfp4", [RUNNING], [stamped(dead)])
-    result = readiness.watch(params(docker, health))
+    result = watch(params(docker, health))
     assert result["state"] == "failed" and result["polls"] == 1
     assert result["diagnosis"][0]["name"] == "unknown"
     assert result["diagnosis"][0]["cause"].startswith("the engine core died: (EngineCore_DP0 pid=8) ERROR")
@@ -275,7 +330,7 @@ def test_dead_engine_behind_a_running_api_server_fails(docker, health):
 def test_unknown_crash_keeps_the_last_30_lines(docker, health):
     lines = [f"(APIServer pid=7) INFO line {i}" for i in range(50)]
     docker.play("glm52-nvfp4", [exited(137)], [stamped(lines)])
-    result = readiness.watch(params(docker, health))
+    result = watch(params(docker, health))
     assert result["state"] == "failed" and result["exit_code"] == 137
     (entry,) = result["diagnosis"]
     assert entry["name"] == "unknown"
@@ -287,13 +342,13 @@ def test_unknown_crash_keeps_the_last_30_lines(docker, health):
 def test_restart_policy_restarts_are_a_failure_with_the_whole_log(docker, health):
     first_run = stamped([*LOADING, "RuntimeError: Failed to infer device type"], at=STARTED_EPOCH - 600)
     docker.play("glm52-nvfp4", [RUNNING], [first_run + stamped(BOOT)], restarts=2)
-    result = readiness.watch(params(docker, health))
+    result = watch(params(docker, health))
     assert result["state"] == "failed" and result["restart_count"] == 2
     assert result["diagnosis"][0]["name"] == "no_gpu_visible"
 
 
 def test_missing_container(docker, health):
-    result = readiness.watch(params(docker, health, container="nosuch"))
+    result = watch(params(docker, health, container="nosuch"))
     assert result["state"] == "failed" and result["container_status"] == "missing"
     assert result["message"] == "start failed: container 'nosuch' does not exist"
     assert result["diagnosis"][0]["name"] == "unknown" and result["exit_code"] is None
@@ -308,15 +363,14 @@ def test_docker_that_cannot_run_is_an_error(tmp_path):
 def test_loading_after_the_window(docker, health):
     health.status = 503
     docker.play("glm52-nvfp4", [RUNNING], [stamped(LOADING)])
-    started = time.monotonic()
-    result = readiness.watch(params(docker, health, window_s=0.4, started_at=time.time() - 74))
-    waited = time.monotonic() - started
-    assert 0.4 <= waited < 1.5
-    assert result["state"] == "loading" and result["polls"] >= 3
+    clock = Clock()
+    result = watch(params(docker, health, window_s=1.0, poll_s=0.25, started_at=clock.wall() - 74), clock)
+    assert result["state"] == "loading" and result["polls"] == 5  # at 0, 0.25, 0.5, 0.75 and 1 s
+    assert clock.now == 1.0 and sum(clock.sleeps) == 1.0  # it waited out the window, and not longer
     prog = result["progress"]
     assert (prog["phase"], prog["shards_done"], prog["shards_total"]) == ("loading_weights", 37, 80)
     assert prog["eta_s"] == pytest.approx(43 * 37 / 37, abs=0.1)  # tqdm's elapsed on the bar: 00:37
-    assert 74 <= prog["elapsed_s"] < 76
+    assert prog["elapsed_s"] == 75.0  # requested 74 s before the watch began, which lasted its 1 s window
     assert result["message"] == "loading weights: shards 37/80 (46 %), ETA 43 s"
     assert result["diagnosis"] == [] and result["markers"]["missing"] == [LOG_MARKERS["required"][2]["meaning"]]
 
@@ -324,8 +378,8 @@ def test_loading_after_the_window(docker, health):
 def test_warnings_do_not_end_the_window(docker, health):
     hang = "(Worker_TP0 pid=9) INFO [shm_broadcast.py:512] No available shared memory broadcast block found in 60 s"
     docker.play("glm52-nvfp4", [RUNNING], [stamped([*LOADING, hang])])
-    result = readiness.watch(params(docker, health, window_s=0.3))
-    assert result["state"] == "loading" and result["polls"] > 1
+    result = watch(params(docker, health, window_s=0.5, poll_s=0.25))
+    assert result["state"] == "loading" and result["polls"] == 3  # the whole window: at 0, 0.25 and 0.5 s
     assert [d["name"] for d in result["diagnosis"]] == ["nccl_warning_or_hang"]
     assert result["message"].endswith("(warnings: nccl_warning_or_hang)")
 
@@ -335,12 +389,12 @@ def test_lines_of_an_earlier_run_are_ignored(docker, health):
     health.status = 503
     old = stamped([*READY, "Bus error (core dumped)"], at=STARTED_EPOCH - 3600)
     docker.play("glm52-nvfp4", [RUNNING], [old + stamped(LOADING)])
-    result = readiness.watch(params(docker, health, window_s=0.3))
+    result = watch(params(docker, health, window_s=0.5, poll_s=0.25))
     assert result["state"] == "loading"
     assert result["progress"]["phase"] == "loading_weights" and result["diagnosis"] == []
     assert not any("startup complete" in line or "Bus error" in line for line in result["log_tail"])
     assert result["log_tail"][-1] == bar(37)
-    assert 119 < result["progress"]["elapsed_s"] < 200  # from the container's StartedAt (no started_at given)
+    assert result["progress"]["elapsed_s"] == 120.5  # from the container's StartedAt (no started_at given)
 
 
 def test_current_run_strips_timestamps_and_keeps_unstamped_lines():
