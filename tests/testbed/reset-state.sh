@@ -30,11 +30,19 @@ if docker info >/dev/null 2>&1; then
     # shellcheck disable=SC2086
     docker volume rm -f $volumes >/dev/null
   fi
-  images=$( { docker images -q --filter label=testbed.inputs; docker images -q 'a800-testbed/*'; } | sort -u)
+  test_images() {
+    { docker images --filter label=testbed.inputs --format '{{.Repository}}:{{.Tag}}'
+      docker images --format '{{.Repository}}:{{.Tag}}' 'a800-testbed/*'; } | grep -v '<none>' | sort -u
+  }
+  images=$(test_images)
   if [ -n "$images" ]; then
     echo "removing $(wc -w <<<"$images") test-bed image(s)"
-    # shellcheck disable=SC2086
-    docker rmi -f $images >/dev/null
+    # an image built FROM another (the double's patched image, the sim host on the base) goes first: a few passes
+    for _ in 1 2 3 4; do
+      for ref in $(test_images); do docker rmi "$ref" >/dev/null 2>&1 || true; done
+    done
+    left=$(test_images)
+    if [ -n "$left" ]; then echo "could not remove: $left" >&2; exit 1; fi
   fi
   docker image prune -f >/dev/null
 fi
