@@ -32,7 +32,7 @@ if docker info >/dev/null 2>&1; then
   fi
   test_images() {
     { docker images --filter label=testbed.inputs --format '{{.Repository}}:{{.Tag}}'
-      docker images --format '{{.Repository}}:{{.Tag}}' 'a800-testbed/*'; } | grep -v '<none>' | sort -u
+      docker images --format '{{.Repository}}:{{.Tag}}' 'a800-testbed/*'; } | { grep -v '<none>' || true; } | sort -u
   }
   images=$(test_images)
   if [ -n "$images" ]; then
