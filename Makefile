@@ -7,9 +7,10 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_HOME := $(CURDIR)/.ansible-home
 # Runs from here keep Ansible's state in this clone: the fact cache (ansible.cfg's default is ~/.ansible, where an
 # earlier run's facts about a test host of the same name would stand in for fresh ones) and the collections (only
-# the pinned ones of .venv and those installed into .ansible-home, never a stray copy in ~/.ansible).
+# this repository as a800.vllm, the pinned ones of .venv and those installed into .ansible-home, never a stray copy
+# in ~/.ansible).
 export ANSIBLE_CACHE_PLUGIN_CONNECTION := $(CURDIR)/.ansible-home/fact_cache
-export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.ansible-home/collections
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections:$(CURDIR)/.ansible-home/collections
 export ANSIBLE_FORCE_COLOR ?= true
 PYTHON ?= python3
 

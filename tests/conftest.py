@@ -8,12 +8,15 @@ import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# The plugins are plain modules (no Ansible import needed): load them by their file names.
-for _sub in ("plugins/module_utils", "plugins/filter", "tests/doubles/vllm"):
+# The plugins are the collection a800.vllm (galaxy.yml; collections/ links to the repository): tests import them as
+# ansible_collections.a800.vllm.plugins.{module_utils,filter,modules}.NAME, as Ansible does. The double's harness is
+# importable by its name.
+for _sub in ("collections", "tests/doubles/vllm"):
     _path = str(ROOT / _sub)
     if _path not in sys.path:
         sys.path.insert(0, _path)
@@ -77,6 +80,23 @@ NVIDIA_SMI_FIXTURES = FIXTURES / "nvidia-smi"
 REAL_H200 = NVIDIA_SMI_FIXTURES / "h200-x2"  # captured on a real 2x H200 machine
 SYNTHETIC = NVIDIA_SMI_FIXTURES / "synthetic"  # hand-made, see synthetic/README.md
 STANDIN_NVIDIA_SMI = ROOT / "tests" / "testbed" / "standin-nvidia" / "bin" / "nvidia-smi"
+
+
+def load_script(path: Path | str, name: str | None = None) -> ModuleType:
+    """A Python file that is not a plugin (a role's files/ script, a script without .py) as a module, registered in
+    sys.modules (dataclasses look their module up there). The one loader of the tests."""
+    import importlib.machinery
+    import importlib.util
+
+    path = Path(path)
+    name = name or path.stem.replace("-", "_")
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
 
 
 def read_fixture(path: Path | str) -> str:

@@ -10,23 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check
+
 GIB_PER_GB = 1e9 / 1024**3
-PASS = "pass"
-WARN = "warn"
-FAIL = "fail"
-PENDING = "pending"
-
-
-def _check(name: str, status: str, fact: str, measured: Any, expected: Any, detail: str, fix: str = "") -> dict:
-    return {
-        "name": name,
-        "status": status,
-        "fact": fact,
-        "measured": measured,
-        "expected": expected,
-        "detail": detail,
-        "fix": fix if status != PASS else "",
-    }
 
 
 def _version(text: str | None) -> tuple[int, ...]:
@@ -45,7 +31,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
     if not gpu.get("driver_installed"):
         status = PENDING if _bool(req.get("allow_missing_driver", True)) else FAIL
         return [
-            _check(
+            check(
                 "nvidia_driver",
                 status,
                 "gpu_facts.driver_installed",
@@ -58,7 +44,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
         ]
     if not gpu.get("driver_loaded"):
         return [
-            _check(
+            check(
                 "nvidia_driver",
                 FAIL,
                 "gpu_facts.error",
@@ -73,7 +59,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
     count, want = gpu.get("count", 0), int(req["gpu_count"])
     if count < want:
         checks.append(
-            _check(
+            check(
                 "gpu_count",
                 FAIL,
                 "gpu_facts.count",
@@ -86,7 +72,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
         )
     elif count > want:
         checks.append(
-            _check(
+            check(
                 "gpu_count",
                 WARN,
                 "gpu_facts.count",
@@ -97,12 +83,12 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
             )
         )
     else:
-        checks.append(_check("gpu_count", PASS, "gpu_facts.count", count, want, f"GPU count: {count}"))
+        checks.append(check("gpu_count", PASS, "gpu_facts.count", count, want, f"GPU count: {count}"))
 
     models = gpu.get("models") or []
     if gpu.get("homogeneous", True):
         checks.append(
-            _check(
+            check(
                 "gpu_uniform",
                 PASS,
                 "gpu_facts.models",
@@ -113,7 +99,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
         )
     else:
         checks.append(
-            _check(
+            check(
                 "gpu_uniform",
                 FAIL,
                 "gpu_facts.models",
@@ -127,11 +113,11 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
     caps, want_cc = gpu.get("compute_caps") or [], str(req["compute_capability"])
     if caps == [want_cc]:
         checks.append(
-            _check("compute_capability", PASS, "gpu_facts.compute_caps", caps, want_cc, f"compute capability {want_cc}")
+            check("compute_capability", PASS, "gpu_facts.compute_caps", caps, want_cc, f"compute capability {want_cc}")
         )
     else:
         checks.append(
-            _check(
+            check(
                 "compute_capability",
                 FAIL,
                 "gpu_facts.compute_caps",
@@ -147,13 +133,13 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
     mem, want_mem = gpu.get("memory_mib_min"), int(req["min_gpu_memory_mib"])
     if mem is not None and mem >= want_mem:
         checks.append(
-            _check(
+            check(
                 "gpu_memory", PASS, "gpu_facts.memory_mib_min", mem, f">= {want_mem}", f"GPU memory: {mem} MiB per GPU"
             )
         )
     else:
         checks.append(
-            _check(
+            check(
                 "gpu_memory",
                 FAIL,
                 "gpu_facts.memory_mib_min",
@@ -167,10 +153,10 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
 
     drv, min_drv = gpu.get("driver_version"), str(req["min_driver_version"])
     if drv and _version(drv) >= _version(min_drv):
-        checks.append(_check("driver_version", PASS, "gpu_facts.driver_version", drv, f">= {min_drv}", f"driver {drv}"))
+        checks.append(check("driver_version", PASS, "gpu_facts.driver_version", drv, f">= {min_drv}", f"driver {drv}"))
     else:
         checks.append(
-            _check(
+            check(
                 "driver_version",
                 FAIL,
                 "gpu_facts.driver_version",
@@ -182,7 +168,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
         )
     if req.get("driver_pin") and drv and drv != req["driver_pin"]:
         checks.append(
-            _check(
+            check(
                 "driver_pin",
                 WARN,
                 "gpu_facts.driver_version",
@@ -195,13 +181,13 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
 
     if gpu.get("persistence_mode_all"):
         checks.append(
-            _check(
+            check(
                 "persistence_mode", PASS, "gpu_facts.persistence_mode_all", True, True, "persistence mode on all GPUs"
             )
         )
     else:
         checks.append(
-            _check(
+            check(
                 "persistence_mode",
                 WARN,
                 "gpu_facts.persistence_mode_all",
@@ -216,7 +202,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
     worst = topo.get("worst")
     if worst == "SYS":
         checks.append(
-            _check(
+            check(
                 "topology",
                 WARN,
                 "gpu_facts.topology.worst",
@@ -230,7 +216,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
         )
     elif worst:
         checks.append(
-            _check(
+            check(
                 "topology",
                 PASS,
                 "gpu_facts.topology.worst",
@@ -241,7 +227,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
         )
     else:
         checks.append(
-            _check(
+            check(
                 "topology",
                 WARN,
                 "gpu_facts.topology",
@@ -254,7 +240,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
     degraded = gpu.get("pcie_degraded") or []
     if degraded:
         checks.append(
-            _check(
+            check(
                 "pcie_link",
                 WARN,
                 "gpu_facts.pcie_degraded",
@@ -265,7 +251,7 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
             )
         )
     checks.append(
-        _check(
+        check(
             "nvswitch",
             PASS,
             "gpu_facts.nvswitch",
@@ -287,7 +273,7 @@ def host_checks(host: dict, req: dict) -> list[dict]:
     ram = host.get("mem_total_gib", 0)
     if ram >= need_gib:
         checks.append(
-            _check(
+            check(
                 "ram",
                 PASS,
                 "host_facts.mem_total_gib",
@@ -298,7 +284,7 @@ def host_checks(host: dict, req: dict) -> list[dict]:
         )
     else:
         checks.append(
-            _check(
+            check(
                 "ram",
                 FAIL,
                 "host_facts.mem_total_gib",
@@ -316,7 +302,7 @@ def host_checks(host: dict, req: dict) -> list[dict]:
     where = f"{w.get('path')} ({w.get('fs_type')} on {w.get('device')}, {w.get('free_gib')} GiB free)"
     if w.get("exists") and w.get("shards"):
         checks.append(
-            _check(
+            check(
                 "weights_storage",
                 PASS,
                 "host_facts.weights",
@@ -327,7 +313,7 @@ def host_checks(host: dict, req: dict) -> list[dict]:
         )
     elif (w.get("free_gib") or 0) >= need_gib_disk:
         checks.append(
-            _check(
+            check(
                 "weights_storage",
                 WARN,
                 "host_facts.weights.exists",
@@ -339,7 +325,7 @@ def host_checks(host: dict, req: dict) -> list[dict]:
         )
     else:
         checks.append(
-            _check(
+            check(
                 "weights_storage",
                 FAIL,
                 "host_facts.weights.free_gib",
@@ -354,7 +340,7 @@ def host_checks(host: dict, req: dict) -> list[dict]:
     sb = host.get("secure_boot", "unknown")
     status = WARN if sb == "enabled" and not req.get("driver_installed") else PASS
     checks.append(
-        _check(
+        check(
             "secure_boot",
             status,
             "host_facts.secure_boot",

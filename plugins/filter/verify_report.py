@@ -1,24 +1,18 @@
 """Filters: turn what the verification observed into check records, and summarize them.
 
-The records have the preflight shape (name, status, measured, expected, detail, fix) so that verify.json,
-report.md, the play's output and set_stats all show the same thing.
+The records are the project's check records (plugins/module_utils/checks.py), so that verify.json, report.md, the
+play's output and set_stats all show the same thing.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from ansible_collections.a800.vllm.plugins.module_utils import nvidia_smi
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check, counts
 
 GIB = 1024**3
 GB = 1e9
-
-
-def _record(name: str, status: str, measured: Any, expected: Any, detail: str, fix: str = "") -> dict:
-    return {"name": name, "status": status, "measured": measured, "expected": expected, "detail": detail,
-            "fix": fix if status != "pass" else ""}  # fmt: skip
 
 
 def verify_marker_checks(markers: dict) -> list[dict]:
@@ -29,9 +23,10 @@ def verify_marker_checks(markers: dict) -> list[dict]:
             ok = bool(marker.get("found")) == want
             name = marker.get("name") or f"{kind}_{index}"
             checks.append(
-                _record(
+                check(
                     f"log:{name}",
-                    "pass" if ok else "fail",
+                    PASS if ok else FAIL,
+                    "the server log since its start (docker logs)",
                     "found" if marker.get("found") else "absent",
                     ("present: " if want else "absent: ") + marker.get("pattern", ""),
                     marker.get("meaning", "") + (f" — log: {marker['line']}" if marker.get("line") else ""),
@@ -50,9 +45,10 @@ def verify_gpu_checks(gpus: list[dict], tensor_parallel: Any, progress: dict, ba
     tp = int(tensor_parallel)
     tol = float(tolerance) / 100
     checks = [
-        _record(
+        check(
             "gpus_visible",
-            "pass" if len(gpus) >= tp else "fail",
+            PASS if len(gpus) >= tp else FAIL,
+            "nvidia-smi --query-gpu on the host",
             len(gpus),
             f">= {tp} (tensor parallel)",
             "; ".join(f"GPU {g['index']}: {g['memory_used_mib']} MiB used, {g['utilization_pct']} %" for g in gpus),
@@ -65,9 +61,10 @@ def verify_gpu_checks(gpus: list[dict], tensor_parallel: Any, progress: dict, ba
         got_gb = float(got_gib) * GIB / GB
         ok = abs(got_gb - want_gb) <= want_gb * tol
         checks.append(
-            _record(
+            check(
                 "weights_per_gpu",
-                "pass" if ok else "warn",
+                PASS if ok else WARN,
+                "the server log: Model loading took N GiB",
                 round(got_gb, 1),
                 f"{want_gb} GB +- {tolerance} %",
                 f"the engine reports {got_gib} GiB ({got_gb:.1f} GB) of weights per GPU (article: ~{want_gb} GB)",
@@ -78,31 +75,17 @@ def verify_gpu_checks(gpus: list[dict], tensor_parallel: Any, progress: dict, ba
 
 
 def verify_summary(checks: list[dict]) -> dict:
-    counts = {s: sum(c["status"] == s for c in checks) for s in ("pass", "warn", "fail")}
-    return {**counts, "total": len(checks), "ok": counts["fail"] == 0}
+    by_status = {s: n for s, n in counts(checks).items() if s != PENDING}
+    return {**by_status, "total": len(checks), "ok": by_status[FAIL] == 0}
 
 
 VERIFY_QUERY = ("index", "name", "memory.used", "memory.total", "utilization.gpu")
 
 
-def _nvidia_smi() -> ModuleType:
-    """The project's nvidia-smi parser (plugins/module_utils/nvidia_smi.py): controller-side plugins cannot import
-    module_utils through `ansible.module_utils`, so it is loaded by path."""
-    name = "a800_vllm_module_utils_nvidia_smi"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "module_utils" / "nvidia_smi.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {path}")
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
 def nvidia_smi_rows(stdout: str) -> list[dict]:
     """`nvidia-smi --query-gpu=index,name,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits`,
     read by the project's parser ([N/A] and friends become None)."""
-    rows = _nvidia_smi().parse_query_csv(stdout, VERIFY_QUERY)
+    rows = nvidia_smi.parse_query_csv(stdout, VERIFY_QUERY)
 
     def pct(value: str | None) -> int | None:
         return None if value is None else int(float(value))

@@ -16,10 +16,7 @@ import math
 import re
 from typing import Any
 
-PASS = "pass"
-WARN = "warn"
-FAIL = "fail"
-PENDING = "pending"
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check
 
 # vLLM's argparse choices (v0.26 ... v0.33, vllm-facts.md). `bf16` is in neither list.
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -32,18 +29,6 @@ JSON_OPTIONS = ("attention_config", "speculative_config", "compilation_config", 
 # Keys of model_profile.launch that are not `vllm serve` flags.
 NOT_FLAGS = ("env",)
 GB = 1e9
-
-
-def _check(name: str, status: str, fact: str, measured: Any, expected: Any, detail: str, fix: str = "") -> dict:
-    return {
-        "name": name,
-        "status": status,
-        "fact": fact,
-        "measured": measured,
-        "expected": expected,
-        "detail": detail,
-        "fix": fix if status != PASS else "",
-    }
 
 
 def _flag(key: str) -> str:
@@ -126,7 +111,7 @@ def _memory_check(launch: dict, ctx: dict) -> dict:
     factor = float(model.get("replicated_factor", 1.05))
     need = weights_gb / tp * factor + float(model.get("cuda_graph_gb", 2.4)) + float(model.get("min_kv_cache_gb", 2))
     if not mem_mib:
-        return _check(
+        return check(
             "tensor_parallel_memory",
             PENDING,
             "gpu_facts.memory_mib_min",
@@ -146,7 +131,7 @@ def _memory_check(launch: dict, ctx: dict) -> dict:
             if min_tp
             else "this model does not fit these GPUs at any tensor parallel size"
         )
-    return _check(
+    return check(
         "tensor_parallel_memory",
         PASS if fits else FAIL,
         "model_profile.launch.tensor_parallel_size",
@@ -162,11 +147,11 @@ def _memory_check(launch: dict, ctx: dict) -> dict:
 def _choice_check(name: str, key: str, value: Any, choices: tuple[str, ...]) -> dict:
     fact = f"model_profile.launch.{key}"
     if value in (None, ""):
-        return _check(name, PASS, fact, value, "unset (auto)", f"--{key.replace('_', '-')} not set: vLLM's default")
+        return check(name, PASS, fact, value, "unset (auto)", f"--{key.replace('_', '-')} not set: vLLM's default")
     if value in choices:
-        return _check(name, PASS, fact, value, list(choices), f"--{key.replace('_', '-')} {value} is a valid choice")
+        return check(name, PASS, fact, value, list(choices), f"--{key.replace('_', '-')} {value} is a valid choice")
     better = SPELLINGS.get(str(value).lower())
-    return _check(
+    return check(
         name,
         FAIL,
         fact,
@@ -192,7 +177,7 @@ def _json_checks(launch: dict, extra: list) -> list[dict]:
         except ValueError as exc:
             ok, detail = False, f"not JSON: {exc}"
         checks.append(
-            _check(
+            check(
                 f"json_option:{key.removeprefix('extra:--').replace('-', '_')}",
                 PASS if ok else FAIL,
                 fact,
@@ -223,10 +208,10 @@ def _backend_checks(launch: dict, env: dict, ctx: dict) -> list[dict]:
         status = PASS
         if env_backend:
             status, detail = WARN, detail + "; VLLM_ATTENTION_BACKEND in the environment is ignored by vLLM 0.26"
-        checks.append(_check("backend_by_flag", status, fact, backend, "set", detail, "remove VLLM_ATTENTION_BACKEND"))
+        checks.append(check("backend_by_flag", status, fact, backend, "set", detail, "remove VLLM_ATTENTION_BACKEND"))
     else:
         checks.append(
-            _check(
+            check(
                 "backend_by_flag",
                 FAIL if sparse else WARN,
                 fact,
@@ -241,7 +226,7 @@ def _backend_checks(launch: dict, env: dict, ctx: dict) -> list[dict]:
         need = SPARSE_BACKENDS.get(backend)
         if need is None:
             checks.append(
-                _check(
+                check(
                     "sparse_backend",
                     FAIL,
                     fact,
@@ -254,7 +239,7 @@ def _backend_checks(launch: dict, env: dict, ctx: dict) -> list[dict]:
         elif caps:
             ok = all(cap >= need for cap in caps)
             checks.append(
-                _check(
+                check(
                     "sparse_backend",
                     PASS if ok else FAIL,
                     fact,
@@ -267,7 +252,7 @@ def _backend_checks(launch: dict, env: dict, ctx: dict) -> list[dict]:
     if sparse and backend == "TRITON_MLA_SPARSE":
         force = attention_config.get("sparse_mla_force_mqa") is True
         checks.append(
-            _check(
+            check(
                 "sparse_mla_force_mqa",
                 PASS if force else FAIL,
                 "model_profile.launch.attention_config.sparse_mla_force_mqa",
@@ -283,7 +268,7 @@ def _backend_checks(launch: dict, env: dict, ctx: dict) -> list[dict]:
     kv = launch.get("kv_cache_dtype") or "auto"
     if sparse and backend == "TRITON_MLA_SPARSE" and kv in KV_CACHE_DTYPES:  # a misspelling is the choice rule's
         checks.append(
-            _check(
+            check(
                 "kv_cache_dtype_backend",
                 PASS if kv in SPARSE_SM80_KV_DTYPES else FAIL,
                 "model_profile.launch.kv_cache_dtype",
@@ -306,7 +291,7 @@ def _parser_checks(launch: dict, known: dict) -> list[dict]:
             continue
         ok = value in names
         checks.append(
-            _check(
+            check(
                 f"parser:{key}",
                 PASS if ok else FAIL,
                 f"model_profile.launch.{key}",
@@ -320,7 +305,7 @@ def _parser_checks(launch: dict, known: dict) -> list[dict]:
         )
     if launch.get("enable_auto_tool_choice") and not launch.get("tool_call_parser"):
         checks.append(
-            _check(
+            check(
                 "parser:auto_tool_choice",
                 FAIL,
                 "model_profile.launch.tool_call_parser",
@@ -341,7 +326,7 @@ def _host_checks(ctx: dict) -> list[dict]:
         holder = ctx.get("port_holder")
         ok = not port.get("in_use") or holder == "ours"
         checks.append(
-            _check(
+            check(
                 "port_free",
                 PASS if ok else FAIL,
                 "serve_port",
@@ -360,11 +345,11 @@ def _host_checks(ctx: dict) -> list[dict]:
         )
     image = ctx.get("image")
     if image is None:
-        checks.append(_check("image_self_check", PENDING, "image_ref", None, "checked", "the image phase has not run"))
+        checks.append(check("image_self_check", PENDING, "image_ref", None, "checked", "the image phase has not run"))
     else:
         ok = bool(image.get("ref")) and bool(image.get("self_check_ok"))
         checks.append(
-            _check(
+            check(
                 "image_self_check",
                 PASS if ok else FAIL,
                 "image_ref",
@@ -378,10 +363,10 @@ def _host_checks(ctx: dict) -> list[dict]:
         )
     weights = ctx.get("weights_check")
     if weights is None:
-        checks.append(_check("weights_verified", PENDING, "weights_check", None, "ok", "the weights phase has not run"))
+        checks.append(check("weights_verified", PENDING, "weights_check", None, "ok", "the weights phase has not run"))
     else:
         checks.append(
-            _check(
+            check(
                 "weights_verified",
                 PASS if weights.get("ok") else FAIL,
                 "weights_check",
@@ -395,7 +380,7 @@ def _host_checks(ctx: dict) -> list[dict]:
     if argcheck is not None:
         ok = argcheck.get("rc") == 0
         checks.append(
-            _check(
+            check(
                 "vllm_argument_parser",
                 PASS if ok else FAIL,
                 "the image's vllm argument parser",
@@ -428,7 +413,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
         tp_int, tp_ok = 0, False
     if not tp_ok:
         checks.append(
-            _check(
+            check(
                 "tensor_parallel_gpus",
                 FAIL,
                 "model_profile.launch.tensor_parallel_size",
@@ -440,7 +425,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
         )
     elif gpus is None:
         checks.append(
-            _check(
+            check(
                 "tensor_parallel_gpus",
                 PENDING,
                 "gpu_facts.count",
@@ -452,7 +437,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     else:
         ok = tp_int <= int(gpus)
         checks.append(
-            _check(
+            check(
                 "tensor_parallel_gpus",
                 PASS if ok else FAIL,
                 "model_profile.launch.tensor_parallel_size",
@@ -471,7 +456,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     checks += _parser_checks(launch, ctx.get("known_parsers") or {})
     name = ctx.get("served_model_name")
     checks.append(
-        _check(
+        check(
             "served_model_name",
             PASS if name and not re.search(r"\s", str(name)) else FAIL,
             "model_profile.served_model_name",
@@ -483,7 +468,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     )
     for key in ("max_num_seqs", "max_num_batched_tokens"):
         checks.append(
-            _check(
+            check(
                 f"explicit:{key}",
                 PASS if launch.get(key) else WARN,
                 f"model_profile.launch.{key}",
@@ -498,7 +483,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     load_format = launch.get("load_format")
     if load_format == "sharded_state" and ctx.get("quantization") == "nvfp4":
         checks.append(
-            _check(
+            check(
                 "load_format",
                 FAIL,
                 "model_profile.launch.load_format",
@@ -512,7 +497,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     if timeout is not None and minimum is not None:
         ok = int(timeout) >= int(minimum)
         checks.append(
-            _check(
+            check(
                 "ready_timeout",
                 PASS if ok else FAIL,
                 "serve_ready_timeout_s",
@@ -526,12 +511,12 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     if ctx.get("host_rules", True):
         checks += _host_checks(ctx)
     skip = set(ctx.get("skip") or [])
-    for check in checks:
-        if check["status"] == PENDING and ctx.get("strict"):
-            check["status"], check["fix"] = FAIL, check["fix"] or "run the phase that gathers this fact first"
-        if check["name"] in skip and check["status"] == FAIL:
-            check["status"] = WARN
-            check["detail"] += " (rule skipped by serve_validate_skip)"
+    for rule in checks:
+        if rule["status"] == PENDING and ctx.get("strict"):
+            rule["status"], rule["fix"] = FAIL, rule["fix"] or "run the phase that gathers this fact first"
+        if rule["name"] in skip and rule["status"] == FAIL:
+            rule["status"] = WARN
+            rule["detail"] += " (rule skipped by serve_validate_skip)"
     return checks
 
 

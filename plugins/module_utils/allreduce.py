@@ -1,7 +1,8 @@
 """Read the output of the all-reduce check (roles/gpu_comm_check/files/allreduce_check.py) and judge it.
 
-Pure Python (no Ansible import): the gpu_comm_check filters use it on the control node, the unit tests
-directly. The check prints, from rank 0, one line per message size and one JSON line at the end:
+Pure Python (no Ansible import, only the collection's checks module): the gpu_comm_check filters use it on the
+control node, the unit tests directly. The check prints, from rank 0, one line per message size and one JSON line
+at the end:
 
     size_mib=64 ranks=8 time_ms=5.123 algbw_gbps=13.10 busbw_gbps=22.93
     RESULT {"backend": "nccl", "ranks": 8, "sizes": [...], "max_busbw_gbps": 22.93, "correct": true, ...}
@@ -16,8 +17,7 @@ import json
 import re
 from typing import Any
 
-PASS = "pass"
-FAIL = "fail"
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS
 
 _SIZE_LINE = re.compile(r"^size_mib=\S+(?:\s+\w+=\S+)+")
 _PAIR = re.compile(r"(\w+)=(\S+)")

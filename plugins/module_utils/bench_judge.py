@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-STATUSES = ("pass", "warn", "fail")
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check, counts, worst
+
 DEFAULT_TOLERANCE_PCT = 10.0
 RESULT_KEYS = (
     "duration",
@@ -159,15 +160,10 @@ def _pct(value: float) -> str:
 def _record(
     name: str, status: str, measured: float | None, band: list[float], unit: str, limits: dict[str, float], detail: str
 ) -> dict[str, Any]:
-    return {
-        "name": name,
-        "status": status,
-        "measured": None if measured is None else round(measured, 3),
-        "expected": list(band),
-        "unit": unit,
-        "limits": {k: round(v, 3) for k, v in limits.items()},
-        "detail": detail,
-    }
+    """A check record of a figure against its band, with the unit and the pass/warn limits it was held to."""
+    rounded = None if measured is None else round(measured, 3)
+    limits = {k: round(v, 3) for k, v in limits.items()}
+    return check(name, status, "", rounded, list(band), detail, unit=unit, limits=limits)
 
 
 def judge_higher(
@@ -181,7 +177,7 @@ def judge_higher(
     if measured is None:
         return _record(name, "fail", None, band, unit, limits, f"{what}: not measured ({article})")
     if measured >= limits["pass"]:
-        status = "pass"
+        status = PASS
         if measured > high:
             note = "above the article's band"
         elif measured < low:
@@ -189,9 +185,9 @@ def judge_higher(
         else:
             note = "inside the band"
     elif measured >= limits["warn"]:
-        status, note = "warn", f"below the band by more than {_pct(tolerance_pct)} %"
+        status, note = WARN, f"below the band by more than {_pct(tolerance_pct)} %"
     else:
-        status, note = "fail", f"below the band by more than {_pct(2 * tolerance_pct)} %"
+        status, note = FAIL, f"below the band by more than {_pct(2 * tolerance_pct)} %"
     return _record(name, status, measured, band, unit, limits, f"{what}: {measured:.1f} {unit}, {article}: {note}")
 
 
@@ -206,7 +202,7 @@ def judge_lower(
     if measured is None:
         return _record(name, "fail", None, band, unit, limits, f"{what}: not measured ({article})")
     if measured <= limits["pass"]:
-        status = "pass"
+        status = PASS
         if measured < low:
             note = "faster than the article's band"
         elif measured > high:
@@ -214,9 +210,9 @@ def judge_lower(
         else:
             note = "inside the band"
     elif measured <= limits["warn"]:
-        status, note = "warn", f"slower than the band by more than {_pct(tolerance_pct)} %"
+        status, note = WARN, f"slower than the band by more than {_pct(tolerance_pct)} %"
     else:
-        status, note = "fail", f"slower than the band by more than {_pct(2 * tolerance_pct)} %"
+        status, note = FAIL, f"slower than the band by more than {_pct(2 * tolerance_pct)} %"
     return _record(name, status, measured, band, unit, limits, f"{what}: {measured:.3f} {unit}, {article}: {note}")
 
 
@@ -298,18 +294,19 @@ def judge_long_context(result: dict[str, Any], bands: dict[str, Any], tolerance_
         if completed
         else "; ".join(result.get("errors") or ["no request completed"])
     )
-    status = "pass" if completed == wanted and wanted > 0 else "fail"
+    status = PASS if completed == wanted and wanted > 0 else FAIL
+    detail = f"{completed}/{wanted} requests of {prompt} prompt tokens completed at {level} concurrent: {figures}"
     checks = [
-        {
-            "name": f"long_context@{level}x{prompt}",
-            "status": status,
-            "measured": completed,
-            "expected": [wanted, wanted],
-            "unit": "requests",
-            "limits": {},
-            "detail": f"{completed}/{wanted} requests of {prompt} prompt tokens completed at {level} concurrent: "
-            + figures,
-        }
+        check(
+            f"long_context@{level}x{prompt}",
+            status,
+            "",
+            completed,
+            [wanted, wanted],
+            detail,
+            unit="requests",
+            limits={},
+        )
     ]
     if completed and _band(bands.get("decode_tok_s")):
         checks.append(
@@ -332,29 +329,17 @@ def judge_requests(scenarios: dict[str, Any]) -> dict[str, Any]:
     if failed:
         first = next((e for r in failed for e in r.get("errors") or []), "no error text")
         detail += f"; failures at {', '.join(_label(r) for r in failed)}; first error: {str(first)[:300]}"
-    return {
-        "name": "requests",
-        "status": "fail" if failed else "pass",
-        "measured": sent - lost,
-        "expected": [sent, sent],
-        "unit": "requests",
-        "limits": {},
-        "detail": detail,
-    }
+    status = FAIL if failed else PASS
+    return check("requests", status, "", sent - lost, [sent, sent], detail, unit="requests", limits={})
 
 
 def _label(result: dict[str, Any]) -> str:
     return f"concurrency {result.get('max_concurrency')} x {result.get('prompt_tokens')} prompt tokens"
 
 
-def worst(checks: list[dict[str, Any]]) -> str:
-    """The worst status of the checks (pass when there are none)."""
-    return max((c["status"] for c in checks), key=STATUSES.index, default="pass")
-
-
 def summary_lines(checks: list[dict[str, Any]]) -> list[str]:
     """One line per check, `STATUS name: detail`, then the overall status."""
     lines = [f"{c['status'].upper():4} {c['name']}: {c['detail']}" for c in checks]
-    counts = {s: sum(c["status"] == s for c in checks) for s in STATUSES}
-    lines.append(f"bench {worst(checks)}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    by_status = {s: n for s, n in counts(checks).items() if s != PENDING}  # a figure is measured or not: no pending
+    lines.append(f"bench {worst(checks)}: " + ", ".join(f"{n} {s}" for s, n in by_status.items()))
     return lines

@@ -1,42 +1,33 @@
 """Judge what a vLLM OpenAI server answered to the verification requests: one record per check.
 
 Pure functions over parsed responses (plugins/module_utils/openai_api.py reads them), so the same judgement serves
-the vllm_smoke module on the hosts and the unit tests. A record has the shape of the preflight checks: name,
-status (pass / warn / fail), measured, expected, detail, fix.
+the vllm_smoke module on the hosts and the unit tests. A record is the project's check record
+(plugins/module_utils/checks.py); its fact is the request that was judged.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, WARN, check
+
 SPARSE_PREFILL_LIMIT = 2048  # index_topk of GLM-5.2: a prefill up to this takes the path sparse_mla_force_mqa fixes
-
-
-def record(name: str, status: str, measured: Any, expected: Any, detail: str, fix: str = "") -> dict[str, Any]:
-    return {
-        "name": name,
-        "status": status,
-        "measured": measured,
-        "expected": expected,
-        "detail": detail,
-        "fix": fix if status != PASS else "",
-    }
 
 
 def http_failure(name: str, status: int | None, error: dict[str, Any] | None, what: str, fix: str) -> dict[str, Any]:
     """A request that did not return 200: the status and the server's own error message."""
     message = (error or {}).get("message") or "no answer"
-    return record(name, FAIL, status, 200, f"{what}: HTTP {status}: {message}", fix)
+    return check(name, FAIL, what, status, 200, f"{what}: HTTP {status}: {message}", fix)
 
 
 def models_check(status: int, body: dict[str, Any] | None, served_name: str) -> dict[str, Any]:
     ids = [m.get("id") for m in (body or {}).get("data") or []]
     ok = status == 200 and served_name in ids
     close = [i for i in ids if isinstance(i, str) and i.lower() == served_name.lower() and i != served_name]
-    return record(
+    return check(
         "models_lists_served_name",
         PASS if ok else FAIL,
+        "GET /v1/models",
         ids,
         served_name,
         f"/v1/models lists {ids}" if status == 200 else f"/v1/models answered HTTP {status}",
@@ -54,9 +45,10 @@ def prompt_check(name: str, fields: dict[str, Any], longer_than: int | None, sho
     in_range = in_range and (shorter_than is None or tokens < shorter_than)
     side = f"< {shorter_than}" if shorter_than else f"> {longer_than}"
     ok = answered and in_range
-    return record(
+    return check(
         name,
         PASS if ok else FAIL,
+        "POST /v1/chat/completions",
         tokens,
         f"{side} prompt tokens, an answer",
         f"{tokens} prompt tokens, finish_reason {fields.get('finish_reason')}"
@@ -74,11 +66,19 @@ def arithmetic_checks(fields: dict[str, Any], expect: str, max_tokens: int) -> l
     content = fields.get("content") or ""
     reasoning = fields.get("reasoning") or ""
     if expect in content:
-        answer = record("answer_17x24", PASS, content.strip()[:200], f"content contains {expect}", "correct answer")
+        answer = check(
+            "answer_17x24",
+            PASS,
+            "POST /v1/chat/completions",
+            content.strip()[:200],
+            f"content contains {expect}",
+            "correct answer",
+        )
     elif not content and fields.get("finish_reason") == "length" and reasoning:
-        answer = record(
+        answer = check(
             "answer_17x24",
             WARN,
+            "POST /v1/chat/completions",
             "",
             f"content contains {expect}",
             f"budget spent on reasoning: max_tokens {max_tokens} ran out while thinking (finish_reason length, "
@@ -86,18 +86,20 @@ def arithmetic_checks(fields: dict[str, Any], expect: str, max_tokens: int) -> l
             "raise model_profile.smoke.max_tokens so that the answer fits after the reasoning",
         )
     else:
-        answer = record(
+        answer = check(
             "answer_17x24",
             FAIL,
+            "POST /v1/chat/completions",
             content.strip()[:200],
             f"content contains {expect}",
             f"wrong or missing answer (finish_reason {fields.get('finish_reason')})",
             "read the server log; check that the model and its weights are the intended ones",
         )
     has_reasoning = bool(reasoning)
-    parser = record(
+    parser = check(
         "reasoning_field",
         PASS if has_reasoning else FAIL,
+        "POST /v1/chat/completions",
         len(reasoning),
         "thinking in message.reasoning (or reasoning_content)",
         "the reasoning parser separates the thinking from the answer"
@@ -112,9 +114,10 @@ def tool_call_check(fields: dict[str, Any], tool_name: str) -> dict[str, Any]:
     calls = fields.get("tool_calls") or []
     names = [c.get("name") for c in calls]
     ok = tool_name in names and fields.get("finish_reason") == "tool_calls"
-    return record(
+    return check(
         "tool_call_auto",
         PASS if ok else FAIL,
+        "POST /v1/chat/completions",
         names,
         f"a call of {tool_name}, finish_reason tool_calls",
         f"tool_choice auto returned calls {names}, finish_reason {fields.get('finish_reason')}",
@@ -125,9 +128,10 @@ def tool_call_check(fields: dict[str, Any], tool_name: str) -> dict[str, Any]:
 def stream_check(stream: dict[str, Any]) -> dict[str, Any]:
     text = stream.get("content") or stream.get("reasoning") or ""
     ok = stream.get("done") and stream.get("role") == "assistant" and bool(text) and not stream.get("malformed")
-    return record(
+    return check(
         "stream",
         PASS if ok else FAIL,
+        "POST /v1/chat/completions (stream)",
         stream.get("events"),
         "SSE chunks, the assistant role first, text, data: [DONE]",
         f"{stream.get('events')} chunks, role {stream.get('role')}, {len(text)} characters, "
@@ -141,9 +145,10 @@ def metrics_checks(before: dict[str, float], after: dict[str, float], speculativ
     """`/metrics` moving: generation tokens counted; MTP drafts accepted when speculative decoding is on."""
     gen = after.get("generation_tokens", 0) - before.get("generation_tokens", 0)
     checks = [
-        record(
+        check(
             "metrics_generation_tokens",
             PASS if gen > 0 else FAIL,
+            "GET /metrics",
             gen,
             "> 0 during the smoke",
             f"vllm:generation_tokens_total rose by {gen:.0f}",
@@ -156,9 +161,10 @@ def metrics_checks(before: dict[str, float], after: dict[str, float], speculativ
         accepted = after.get("spec_accepted", 0) - before.get("spec_accepted", 0)
         rate = accepted / draft_tokens if draft_tokens else 0.0
         checks.append(
-            record(
+            check(
                 "mtp_acceptance",
                 PASS if drafts > 0 and accepted > 0 else FAIL,
+                "GET /metrics",
                 round(rate, 3),
                 "drafts proposed and accepted",
                 f"{drafts:.0f} drafts, {accepted:.0f} of {draft_tokens:.0f} draft tokens accepted ({rate:.0%}); mean "

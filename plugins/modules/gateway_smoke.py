@@ -16,7 +16,8 @@ import urllib.request
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.openai_api import chat_fields, error_info
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, WARN, check
+from ansible_collections.a800.vllm.plugins.module_utils.openai_api import chat_fields, error_info
 
 DOCUMENTATION = r"""
 ---
@@ -146,38 +147,12 @@ msg:
   type: str
 """
 
-PASS = "pass"
-WARN = "warn"
-FAIL = "fail"
 MASK = "********"
 BODY_LIMIT = 4000
 MATCH_KEYS = {"check", "status", "key", "shape", "via", "local", "url", "body", "exception"}
 REGEX_KEYS = {"url", "body", "exception"}
 V1_SUFFIX = re.compile(r"/v1(/chat/completions|/models)?/*$")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
-
-def record(
-    name: str,
-    status: str,
-    fact: str,
-    measured: Any,
-    expected: Any,
-    detail: str,
-    fix: str = "",
-    diagnosis: str | None = None,
-) -> dict[str, Any]:
-    """A check record, the shape of plugins/filter/preflight.py's, plus the diagnosis name."""
-    return {
-        "name": name,
-        "status": status,
-        "fact": fact,
-        "measured": measured,
-        "expected": expected,
-        "detail": detail,
-        "fix": fix if status != PASS else "",
-        "diagnosis": diagnosis if status != PASS else None,
-    }
 
 
 class Masker:
@@ -324,11 +299,13 @@ def static_checks(params: dict[str, Any], cat: Catalogue, mask: Masker) -> tuple
 
     def add(name: str, fact: str, measured: Any, expected: str, detail: str, diagnosis: str | None = None) -> None:
         if diagnosis is None:
-            checks.append(record(name, PASS, fact, measured, expected, detail))
+            checks.append(check(name, PASS, fact, measured, expected, detail, diagnosis=None))
         else:
             diag = cat.named(diagnosis)
             checks.append(
-                record(name, FAIL, fact, measured, expected, f"{detail}. {diag['cause']}", diag["fix"], diagnosis)
+                check(
+                    name, FAIL, fact, measured, expected, f"{detail}. {diag['cause']}", diag["fix"], diagnosis=diagnosis
+                )
             )
 
     base, parts, problem = split_base(params["base_url"])
@@ -497,10 +474,19 @@ class Prober:
 
     def add(self, name: str, status: str, fact: str, measured: Any, expected: Any, detail: str, diag=None) -> None:
         if diag is None:
-            self.checks.append(record(name, status, fact, measured, expected, detail))
+            self.checks.append(check(name, status, fact, measured, expected, detail, diagnosis=None))
         else:
             self.checks.append(
-                record(name, status, fact, measured, expected, f"{detail}. {diag['cause']}", diag["fix"], diag["name"])
+                check(
+                    name,
+                    status,
+                    fact,
+                    measured,
+                    expected,
+                    f"{detail}. {diag['cause']}",
+                    diag["fix"],
+                    diagnosis=diag["name"],
+                )
             )
 
     def failed(self, name: str, method: str, url: str, answer: dict[str, Any], expected: str) -> None:

@@ -35,7 +35,7 @@ ansible_facts:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.nvidia_smi import (  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (  # noqa: E402
     QUERY_FIELDS,
     NvidiaSmiError,
     invalid_field,

@@ -67,7 +67,13 @@ import json  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.pagecache import default_workers, prewarm, ram_guard, residency, weight_files  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.pagecache import (  # noqa: E402
+    default_workers,
+    prewarm,
+    ram_guard,
+    residency,
+    weight_files,
+)
 
 
 def write_progress(path: str | None, data: dict) -> None:

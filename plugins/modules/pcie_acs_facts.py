@@ -42,7 +42,7 @@ import glob  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.pcie_acs import summarize  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.pcie_acs import summarize  # noqa: E402
 
 IOMMU_CLASS_DIR = "/sys/class/iommu"
 IOMMU_GROUP_TYPES = "/sys/kernel/iommu_groups/*/type"

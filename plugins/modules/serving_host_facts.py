@@ -35,7 +35,7 @@ import glob  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.pagecache import meminfo  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.pagecache import meminfo  # noqa: E402
 
 GIB = 1024**3
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"

@@ -236,14 +236,14 @@ from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.bench_client import calibrate, run_load  # noqa: E402
-from ansible.module_utils.bench_judge import (  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.bench_client import calibrate, run_load  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.bench_judge import (  # noqa: E402
     annotate,
     judge,
     parse_vllm_result,
     summary_lines,
-    worst,
 )
+from ansible_collections.a800.vllm.plugins.module_utils.checks import worst  # noqa: E402
 
 HELP_TIMEOUT_S = 300.0  # `vllm bench serve --help` imports vLLM: ~20 s, more on a busy host
 

@@ -190,7 +190,7 @@ from datetime import datetime  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_log import (  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import (  # noqa: E402
     READY_LINE,
     catalogue_errors,
     clip,

@@ -93,8 +93,14 @@ import urllib.request  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.openai_api import chat_fields, error_info, metric_total, parse_prometheus, parse_sse  # noqa: E402
-from ansible.module_utils.smoke import (  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.openai_api import (  # noqa: E402
+    chat_fields,
+    error_info,
+    metric_total,
+    parse_prometheus,
+    parse_sse,
+)
+from ansible_collections.a800.vllm.plugins.module_utils.smoke import (  # noqa: E402
     SPARSE_PREFILL_LIMIT,
     arithmetic_checks,
     http_failure,

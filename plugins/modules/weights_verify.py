@@ -75,7 +75,7 @@ weights_check:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.weights_integrity import check_checkpoint, error_lines, summary  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.weights_integrity import check_checkpoint, error_lines, summary  # noqa: E402
 
 
 def main() -> None:

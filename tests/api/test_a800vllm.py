@@ -17,8 +17,8 @@ from typing import Any
 
 import jinja2
 import pytest
-import vllm_log
 import yaml
+from ansible_collections.a800.vllm.plugins.module_utils import vllm_log
 from conftest import ROOT
 
 if str(ROOT) not in sys.path:  # the package lives at the repository root, which `pytest` alone does not import from

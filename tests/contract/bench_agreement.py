@@ -33,13 +33,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-for _path in (str(HERE), str(ROOT / "tests" / "doubles" / "vllm"), str(ROOT / "plugins" / "module_utils")):
+for _path in (str(HERE), str(ROOT / "tests" / "doubles" / "vllm"), str(ROOT / "collections")):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-import bench_client  # noqa: E402
-import bench_judge  # noqa: E402
 import real_vllm  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils import bench_client, bench_judge  # noqa: E402
 from harness import Launcher, free_port, make_installs, make_weights  # noqa: E402
 
 MODEL = real_vllm.SERVED_MODEL_NAME

@@ -12,8 +12,6 @@ fail on a figure. What was measured there is in bench_agreement.py's docstring.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import math
 import sys
@@ -23,14 +21,14 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(ROOT / "tests" / "doubles" / "vllm"), str(ROOT / "plugins" / "module_utils")]
+sys.path[:0] = [str(HERE), str(ROOT / "tests" / "doubles" / "vllm"), str(ROOT / "collections")]
 
 import bench_agreement  # noqa: E402
-import bench_client  # noqa: E402
-import bench_judge  # noqa: E402
 import real_vllm  # noqa: E402
 import yaml  # noqa: E402
+from ansible_collections.a800.vllm.plugins.modules import vllm_bench  # noqa: E402
 from bench_agreement import COMPARED, ratios, table  # noqa: E402
+from conftest import load_script  # noqa: E402
 from harness import Launcher, free_port, make_installs, make_weights  # noqa: E402
 
 pytestmark = pytest.mark.contract
@@ -38,22 +36,6 @@ MODEL = real_vllm.SERVED_MODEL_NAME
 BASELINES = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"][
     "baselines"
 ]
-
-
-def load_path(name: str, path: Path):
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
-
-
-def load_module(name: str):
-    """plugins/modules/vllm_bench.py, its `ansible.module_utils` imports resolved to the project's module_utils."""
-    sys.modules.setdefault("ansible.module_utils.bench_client", bench_client)
-    sys.modules.setdefault("ansible.module_utils.bench_judge", bench_judge)
-    return load_path(name, ROOT / "plugins" / "modules" / "vllm_bench.py")
 
 
 def assert_figures_present(result: dict) -> None:
@@ -96,7 +78,7 @@ def test_client_keeps_16_streams_at_4x_the_article_peak(doubles):
     """At 4x the article's peak rate (16 streams, 1560 tok/s modeled) the client completes every stream and measures
     a decode figure, next to the reference client (aiohttp, as in vllm bench serve) in the same script. The overhead
     ratio is printed here and measured by `make bench` (scripts/bench-client-overhead)."""
-    overhead = load_path("bench_client_overhead", ROOT / "scripts" / "bench-client-overhead")
+    overhead = load_script(ROOT / "scripts" / "bench-client-overhead")
     run = doubles(4)
     modeled = overhead.total_throughput(16) * 4
     figures = overhead.measure(run.url, 16, 256, modeled, repeat=1)
@@ -114,7 +96,7 @@ def test_the_module_judges_the_double_against_every_band(doubles, capsys):
     each a verdict with its measured figure and the band it was held to. Whether the double lands inside the bands
     is a speed figure: printed here, and by `make bench` (tests/doubles/vllm/bench_speed.py)."""
     run = doubles(1)
-    module = load_module("vllm_bench_contract")
+    module = vllm_bench
     from ansible.module_utils.testing import patch_module_args
 
     args = {"base_url": run.url, "model": MODEL, "tool": "client", "baselines": BASELINES, "gpu_sampling": False}
@@ -189,7 +171,7 @@ def test_module_drives_the_real_vllm_bench_serve(real, tmp_path, capsys):
     docker = tmp_path / "docker"
     docker.write_text(FAKE_DOCKER.format(python=sys.executable, here=str(HERE)))
     docker.chmod(0o755)
-    module = load_module("vllm_bench_contract_real")
+    module = vllm_bench
     from ansible.module_utils.testing import patch_module_args
 
     args = {"base_url": real.base_url, "model": MODEL, "docker": str(docker), "baselines": BASELINES}

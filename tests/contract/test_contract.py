@@ -19,10 +19,10 @@ import requests
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path[:0] = [str(HERE), str(ROOT / "tests" / "doubles" / "vllm"), str(ROOT / "plugins" / "module_utils")]
+sys.path[:0] = [str(HERE), str(ROOT / "tests" / "doubles" / "vllm"), str(ROOT / "collections")]
 
-import openai_api  # noqa: E402
 import real_vllm  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils import openai_api  # noqa: E402
 from harness import Launcher, free_port, make_installs, make_weights  # noqa: E402
 
 pytestmark = pytest.mark.contract

@@ -4,7 +4,6 @@ playbooks/gateway.yml end to end - the client files, their modes, and the key in
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
@@ -17,16 +16,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import openai_api
 import pytest
 import yaml
+from ansible_collections.a800.vllm.plugins.modules import gateway_smoke
 from conftest import ROOT
 from harness import Launcher, free_port
-
-sys.modules.setdefault("ansible.module_utils.openai_api", openai_api)
-_spec = importlib.util.spec_from_file_location("gateway_smoke", ROOT / "plugins" / "modules" / "gateway_smoke.py")
-gateway_smoke = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gateway_smoke)
 
 DIAGNOSES = yaml.safe_load((ROOT / "roles/gateway/defaults/main/diagnoses.yml").read_text())["gateway_diagnoses"]
 SECRET = "sk-static-" + "9f3c1a7e5b2d4c6e8a0b"  # the static tests' key: never in a result either

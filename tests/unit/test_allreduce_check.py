@@ -15,9 +15,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import allreduce
 import pytest
-from allreduce import algbw_gbps, bus_factor, busbw_gbps, evaluate, parse_allreduce_output, parse_size_line
+from ansible_collections.a800.vllm.plugins.module_utils import allreduce
+from ansible_collections.a800.vllm.plugins.module_utils.allreduce import (
+    algbw_gbps,
+    bus_factor,
+    busbw_gbps,
+    evaluate,
+    parse_allreduce_output,
+    parse_size_line,
+)
 from conftest import FIXTURES, ROOT
 
 SCRIPT = ROOT / "roles" / "gpu_comm_check" / "files" / "allreduce_check.py"
@@ -140,9 +147,9 @@ def test_missing_peer_becomes_a_timeout_error():
 @needs_torch
 def test_script_bus_factor_matches_nccl_tests():
     code = (
-        "import importlib.util, sys, json\n"
-        f"spec = importlib.util.spec_from_file_location('check', {str(SCRIPT)!r})\n"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(SCRIPT.parent)!r})\n"
+        f"import {SCRIPT.stem} as m\n"
         "print(json.dumps([m.bus_factor(n) for n in range(1, 9)]))\n"
     )
     out = subprocess.run([str(TORCH_PYTHON), "-c", code], capture_output=True, text=True, timeout=120, check=True)
@@ -362,7 +369,9 @@ def test_a800_like_figures_pass_the_default_threshold():
 
 
 def test_filter_plugin_loads_module_utils_by_path():
-    import gpu_comm_check  # plugins/filter, on sys.path through conftest
+    from ansible_collections.a800.vllm.plugins.filter import (
+        gpu_comm_check,  # plugins/filter, on sys.path through conftest
+    )
 
     filters = gpu_comm_check.FilterModule().filters()
     assert set(filters) == {"allreduce_parse", "gpu_comm_check_evaluate"}

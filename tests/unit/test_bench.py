@@ -6,17 +6,15 @@ tests/contract/test_bench_contract.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import bench_client
-import bench_judge
 import pytest
 import yaml
+from ansible_collections.a800.vllm.plugins.module_utils import bench_client, bench_judge
 from conftest import FIXTURES, ROOT, ansible_adhoc
 
 MODEL = "glm-5.2-nvfp4"
@@ -500,16 +498,7 @@ def test_unknown_model_and_natural_length(double):
 
 
 # --- the vllm_bench module ----------------------------------------------------------------------------------------
-def load_module():
-    sys.modules.setdefault("ansible.module_utils.bench_client", bench_client)
-    sys.modules.setdefault("ansible.module_utils.bench_judge", bench_judge)
-    spec = importlib.util.spec_from_file_location("vllm_bench", ROOT / "plugins" / "modules" / "vllm_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-vllm_bench = load_module()
+from ansible_collections.a800.vllm.plugins.modules import vllm_bench  # noqa: E402
 
 
 def run_main(args: dict, capsys) -> tuple[int, dict]:
@@ -685,7 +674,7 @@ def test_module_runs_under_ansible(double):
     args |= {"scenarios": {"concurrency": [2], "ttft_prompt_tokens": [], "long_context": {"enabled": False}}}
     args |= {"output_tokens": 8, "baselines": {"decode_tok_s": {"concurrency_2": [1, 2]}}, "gpu_sampling": False}
     rc, out, raw = ansible_adhoc(
-        "localhost", "-c", "local", "-i", "localhost,", "-m", "vllm_bench", "-a", json.dumps(args)
+        "localhost", "-c", "local", "-i", "localhost,", "-m", "a800.vllm.vllm_bench", "-a", json.dumps(args)
     )
     assert rc == 0 and out, raw
     host = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
@@ -699,9 +688,11 @@ def test_module_runs_under_ansible(double):
 
 
 def test_bench_files_are_stdlib_only():
-    """The module_utils run on the GPU hosts, where python3 is all there is."""
+    """The module_utils run on the GPU hosts, where python3 is all there is (and the collection's own checks)."""
     allowed = {"__future__", "asyncio", "json", "math", "random", "ssl", "time", "urllib", "collections", "typing"}
     for name in ("bench_client.py", "bench_judge.py"):
         text = (ROOT / "plugins" / "module_utils" / name).read_text()
-        imports = {line.split()[1].split(".")[0] for line in text.splitlines() if line.startswith(("import ", "from "))}
+        modules = [line.split()[1] for line in text.splitlines() if line.startswith(("import ", "from "))]
+        own = "ansible_collections.a800.vllm.plugins.module_utils."  # the collection's own, stdlib-only too
+        imports = {m.split(".")[0] for m in modules if not m.startswith(own)}
         assert imports <= allowed, (name, imports - allowed)

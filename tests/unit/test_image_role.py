@@ -3,19 +3,16 @@ told, and fails the build, writing nothing, when a search text does not occur ex
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "image" / "files" / "apply_text_patches.py"
-_spec = importlib.util.spec_from_file_location("apply_text_patches", SCRIPT)
-assert _spec and _spec.loader
-patcher = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(patcher)
+patcher = load_script(SCRIPT)
 
 INDEXER = "if has_deep_gemm():\n    use_deep_gemm()\n"
 

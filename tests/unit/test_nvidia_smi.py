@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import nvidia_smi
 import pytest
-from conftest import strip_rc
-from nvidia_smi import (
+from ansible_collections.a800.vllm.plugins.module_utils import nvidia_smi
+from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (
     QUERY_FIELDS,
     NvidiaSmiError,
     compute_cap_from_name,
@@ -18,6 +17,7 @@ from nvidia_smi import (
     summarize,
     version_tuple,
 )
+from conftest import strip_rc
 
 H200_UUIDS = ["GPU-c5d0cbba-f6fe-5e29-c3c9-336ce9f697c3", "GPU-f0bfff09-a92d-2f25-c80d-b7fa340b4110"]
 OLD_DRIVER_FIELDS = tuple(f for f in QUERY_FIELDS if f != "compute_cap")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-import pagecache
 import pytest
+from ansible_collections.a800.vllm.plugins.module_utils import pagecache
 from conftest import ansible_adhoc, evict_from_page_cache
 
 MIB = 1024 * 1024
@@ -81,7 +81,7 @@ def test_default_workers_scale_with_cpus():
 def test_module_refuses_through_the_ram_guard(shards):
     """The pagecache_prewarm module, run by Ansible on this machine, refuses weights that cannot stay resident."""
     evict(shards)
-    rc, out, raw = ansible_adhoc("localhost", "-c", "local", "-i", "localhost,", "-m", "pagecache_prewarm",
+    rc, out, raw = ansible_adhoc("localhost", "-c", "local", "-i", "localhost,", "-m", "a800.vllm.pagecache_prewarm",
                                  "-a", f"path={os.path.dirname(shards[0])} headroom_gb=1000000")  # fmt: skip
     assert rc != 0 and out, raw
     result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]

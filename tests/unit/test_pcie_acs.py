@@ -6,10 +6,9 @@ import json
 import sys
 from pathlib import Path
 
-import pcie_acs
 import pytest
-from conftest import FIXTURES, ansible_adhoc
-from pcie_acs import (
+from ansible_collections.a800.vllm.plugins.module_utils import pcie_acs
+from ansible_collections.a800.vllm.plugins.module_utils.pcie_acs import (
     bridges_above,
     format_flags,
     iommu_mode,
@@ -19,6 +18,7 @@ from pcie_acs import (
     redirect_enabled,
     summarize,
 )
+from conftest import FIXTURES, ansible_adhoc
 
 LSPCI = FIXTURES / "lspci"
 SYNTHETIC = LSPCI / "synthetic"  # hand-made, see ../README.md
@@ -362,8 +362,8 @@ def test_module_returns_facts_in_check_mode(tmp_path):
     fake = tmp_path / "lspci"  # test double: prints the synthetic listing whatever it is asked
     fake.write_text(f"#!/bin/sh\ncat '{SYNTHETIC / 'a800-x8-plx-acs-on' / 'lspci-vvv.txt'}'\n")
     fake.chmod(0o755)
-    rc, out, raw = ansible_adhoc("localhost", "-c", "local", "-i", "localhost,", "--check", "-m", "pcie_acs_facts",
-                                 "-a", f"lspci={fake}")  # fmt: skip
+    rc, out, raw = ansible_adhoc("localhost", "-c", "local", "-i", "localhost,", "--check",
+                                 "-m", "a800.vllm.pcie_acs_facts", "-a", f"lspci={fake}")  # fmt: skip
     assert rc == 0 and out, raw
     task = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
     facts = task["ansible_facts"]["pcie_acs_facts"]

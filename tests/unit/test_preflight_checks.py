@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import copy
 
-import preflight
 import pytest
+from ansible_collections.a800.vllm.plugins.filter import preflight
+from ansible_collections.a800.vllm.plugins.filter.preflight import preflight_checks, preflight_failures, preflight_table
+from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (
+    QUERY_FIELDS,
+    parse_fabric_states,
+    parse_query_csv,
+    parse_topology,
+    summarize,
+)
 from conftest import read_fixture
-from nvidia_smi import QUERY_FIELDS, parse_fabric_states, parse_query_csv, parse_topology, summarize
-from preflight import preflight_checks, preflight_failures, preflight_table
 
 # As roles/preflight/vars/main.yml builds it from the prod profile and BOM: templated values arrive as strings.
 REQUIREMENTS = {

@@ -14,8 +14,7 @@ import sys
 from collections.abc import Callable
 
 import pytest
-from conftest import REAL_H200, STANDIN_NVIDIA_SMI, read_fixture, strip_rc
-from nvidia_smi import (
+from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (
     QUERY_FIELDS,
     NvidiaSmiError,
     invalid_field,
@@ -26,6 +25,7 @@ from nvidia_smi import (
     parse_topology,
     summarize,
 )
+from conftest import REAL_H200, STANDIN_NVIDIA_SMI, read_fixture, strip_rc
 
 DRIVER = "580.95.05"  # the stand-in reads its version from a package file absent here: give it in the config
 QUERY = "--query-gpu=" + ",".join(QUERY_FIELDS)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from vllm_launch import (
+from ansible_collections.a800.vllm.plugins.filter.vllm_launch import (
     vllm_command_line,
     vllm_failure_message,
     vllm_launch_args,

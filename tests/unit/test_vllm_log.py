@@ -15,10 +15,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import vllm_log
 import yaml
+from ansible_collections.a800.vllm.plugins.module_utils import vllm_log
+from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import (
+    diagnose,
+    eta_s,
+    format_duration,
+    markers,
+    progress,
+    split_lines,
+    summary_line,
+)
 from conftest import FIXTURES, ROOT
-from vllm_log import diagnose, eta_s, format_duration, markers, progress, split_lines, summary_line
 
 CATALOGUE_FILE = ROOT / "roles" / "serve" / "defaults" / "main" / "catalogue.yml"
 MODEL_PROFILE = ROOT / "inventories" / "prod" / "group_vars" / "all" / "model_profile.yml"

@@ -3,7 +3,6 @@ script in tmp_path that plays a scripted container, poll by poll) and a local HT
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import threading
@@ -11,7 +10,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import vllm_log
 import yaml
 from conftest import ROOT
 
@@ -21,17 +19,7 @@ LOG_MARKERS = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_prof
 ]
 
 
-def load_module():
-    """The module file, with `ansible.module_utils.vllm_log` resolved to the project's module_utils."""
-    sys.modules.setdefault("ansible.module_utils.vllm_log", vllm_log)
-    spec = importlib.util.spec_from_file_location("vllm_readiness", ROOT / "plugins" / "modules" / "vllm_readiness.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vllm_readiness"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-readiness = load_module()
+from ansible_collections.a800.vllm.plugins.modules import vllm_readiness as readiness  # noqa: E402
 
 # The fake docker: `inspect` and `logs` answer the n-th call with the n-th element of the container's script
 # (the last one from then on), and record every call. A missing script means a missing container.

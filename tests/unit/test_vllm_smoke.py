@@ -3,25 +3,10 @@ passes against the vLLM test double started with the article's flags, and each o
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
-import openai_api
 import pytest
-import smoke
+from ansible_collections.a800.vllm.plugins.module_utils import smoke
+from ansible_collections.a800.vllm.plugins.modules import vllm_smoke
 from conftest import ROOT
-
-
-def load_module():
-    sys.modules.setdefault("ansible.module_utils.openai_api", openai_api)
-    sys.modules.setdefault("ansible.module_utils.smoke", smoke)
-    spec = importlib.util.spec_from_file_location("vllm_smoke", ROOT / "plugins" / "modules" / "vllm_smoke.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-vllm_smoke = load_module()
 
 
 def params(url: str, **over) -> dict:
@@ -114,7 +99,7 @@ def test_judgements_fail_on_their_faults():
 def test_gpu_rows_from_real_h200_output_and_the_verify_gpu_checks():
     """nvidia-smi --query-gpu=index,name,memory.used,memory.total,utilization.gpu captured on 2x H200 (idle, and with
     30 GB allocated and a matmul loop on GPU 0)."""
-    import verify_report
+    from ansible_collections.a800.vllm.plugins.filter import verify_report
 
     fixtures = ROOT / "tests/fixtures/nvidia-smi/h200-x2"
     busy = verify_report.nvidia_smi_rows((fixtures / "query-verify-busy.csv").read_text())

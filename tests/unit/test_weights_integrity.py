@@ -14,9 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import weights_integrity
+from ansible_collections.a800.vllm.plugins.module_utils import weights_integrity
+from ansible_collections.a800.vllm.plugins.module_utils.weights_integrity import (
+    check_checkpoint,
+    error_lines,
+    parse_header,
+    parse_manifest,
+    summary,
+)
 from conftest import ROOT, ansible_adhoc
-from weights_integrity import check_checkpoint, error_lines, parse_header, parse_manifest, summary
 
 MAKE_TEST_WEIGHTS = ROOT / "tests" / "testbed" / "make_test_weights.py"
 
@@ -407,7 +413,7 @@ def test_module_in_check_mode(tmp_path):
     shutil.copy(good / SHARD1, good / "model-00001-of-00009.safetensors")  # a stray: warning only
     (bad / SHARD2).write_bytes((bad / SHARD2).read_bytes()[:-100])
     rc, out, raw = ansible_adhoc(
-        *("all", "-c", "local", "-i", "good,bad,", "--check", "-m", "weights_verify"),
+        *("all", "-c", "local", "-i", "good,bad,", "--check", "-m", "a800.vllm.weights_verify"),
         *("-a", "path={{ ckpts[inventory_hostname] }} manifest=SHA256SUMS workers=2"),
         *("-e", json.dumps({"ckpts": {"good": str(good), "bad": str(bad)}})),
     )

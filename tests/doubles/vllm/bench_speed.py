@@ -18,9 +18,9 @@ from pathlib import Path
 import yaml
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE / "src"), str(HERE.parents[2] / "plugins" / "module_utils")]
-import bench_judge  # noqa: E402
-from bench_client import run_load  # noqa: E402
+sys.path[:0] = [str(HERE), str(HERE / "src"), str(HERE.parents[2] / "collections")]
+from ansible_collections.a800.vllm.plugins.module_utils import bench_judge  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.bench_client import run_load  # noqa: E402
 from harness import ROOT, Launcher, make_installs, make_weights  # noqa: E402
 from vllm._double.generate import total_throughput  # noqa: E402
 
