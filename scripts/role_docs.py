@@ -24,6 +24,27 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _option_rows(options: dict, prefix: str = "") -> list[str]:
+    """One table row per option; nested options (a dict's or a list's elements') follow as dotted names."""
+    rows = []
+    for name, opt in options.items():
+        desc = (
+            " ".join(opt.get("description", []))
+            if isinstance(opt.get("description"), list)
+            else opt.get("description", "")
+        )
+        default = f"`{opt['default']}`" if "default" in opt else "-"
+        secret = " (secret, never logged)" if opt.get("no_log") else ""
+        kind = opt.get("type", "str") + (f" of {opt['elements']}" if opt.get("elements") else "")
+        rows.append(
+            f"| `{prefix}{name}` | {kind} | {_cell(default)} | "
+            f"{'yes' if opt.get('required') else 'no'} | {_cell(desc)}{secret} |"
+        )
+        if opt.get("options"):
+            rows += _option_rows(opt["options"], f"{prefix}{name}{'[]' if opt.get('type') == 'list' else ''}.")
+    return rows
+
+
 def variables_section(role: Path) -> str:
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     lines = [BEGIN]
@@ -32,18 +53,7 @@ def variables_section(role: Path) -> str:
         for paragraph in spec.get("description", []) or []:
             lines.append(paragraph)
         lines += ["", "| variable | type | default | required | description |", "|---|---|---|---|---|"]
-        for name, opt in (spec.get("options") or {}).items():
-            desc = (
-                " ".join(opt.get("description", []))
-                if isinstance(opt.get("description"), list)
-                else opt.get("description", "")
-            )
-            default = f"`{opt['default']}`" if "default" in opt else "-"
-            secret = " (secret, never logged)" if opt.get("no_log") else ""
-            lines.append(
-                f"| `{name}` | {opt.get('type', 'str')} | {_cell(default)} | "
-                f"{'yes' if opt.get('required') else 'no'} | {_cell(desc)}{secret} |"
-            )
+        lines += _option_rows(spec.get("options") or {})
     lines += ["", END]
     return "\n".join(lines)
 

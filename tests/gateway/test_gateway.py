@@ -255,10 +255,12 @@ def test_empty_answer_with_finish_length_is_a_warning(chain):
 
 
 def playbook(tmp_path, *args: str, **extra) -> subprocess.CompletedProcess:
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"a800_servers": {
-        "hosts": {"gw-test-1": {"ansible_connection": "local"}, "gw-test-2": {"ansible_connection": "local"}},
-        "vars": {"model_profile": {"served_model_name": "glm-5.2-nvfp4"}}}}}}))  # fmt: skip
+    inventory = tmp_path / "inventory" / "hosts.yml"  # two servers with the prod group_vars (profile, BOM)
+    inventory.parent.mkdir(exist_ok=True)
+    hosts = {"gw-test-1": {"ansible_connection": "local"}, "gw-test-2": {"ansible_connection": "local"}}
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"a800_servers": {"hosts": hosts}}}}))
+    if not (inventory.parent / "group_vars").exists():
+        (inventory.parent / "group_vars").symlink_to(ROOT / "inventories/prod/group_vars", target_is_directory=True)
     extra_vars = tmp_path / "extra-vars.json"  # the key reaches ansible-playbook in a file, as a vault would
     extra_vars.write_text(json.dumps({"gateway_enabled": True, **extra}))
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")

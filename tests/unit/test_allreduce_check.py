@@ -409,7 +409,7 @@ def run_role(tmp_path: Path, mode: str, extra_vars: dict) -> tuple[subprocess.Co
         "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: gpu_comm_check\n",
     )
     all_vars = {
-        "bom": {"vllm_image": {"name": "vllm/vllm-openai:test"}},
+        "a800_bom": {"vllm_image": {"name": "vllm/vllm-openai:test"}},  # what the role a800 merges in a play
         "gpu_facts": {"count": 2},
         "gpu_comm_check_acs_report": False,
         "ansible_python_interpreter": sys.executable,

@@ -1,0 +1,185 @@
+"""Filter: the model profile checked against its schema and against the flags of `vllm serve`.
+
+The schema is the role a800's argument spec entry `profile` (nested options, as Ansible's role argument specs write
+them); Ansible's own validator (ArgumentSpecValidator) reads it, and this filter turns what it finds into check
+records whose detail names the key's path and, for an unknown key, the nearest known one:
+
+    model_profile.launch.kv_cache_dtyp: unknown; did you mean kv_cache_dtype?
+    model_profile.launch.tensor_parallel_size: 'eight' is not an integer
+
+`launch` has no spelled-out options: its keys are the flags of `vllm serve` with underscores, looked up in the table
+recorded from vLLM's parser (roles/a800/vars/main/vllm_serve_flags.yml), plus `env`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, check
+
+ROOT = "model_profile"
+NOT_FLAGS = ("env",)  # keys of launch that are not `vllm serve` flags
+FIX = "correct the key or value in model_profile / model_profile_overrides (inventory group_vars)"
+_FOUND_IN = re.compile(r"found in '?(?P<path>[^'.]+?)'?(?:\.|$)")
+_ARGUMENT = re.compile(r"argument '(?P<name>[^']+)'")
+_MISSING = re.compile(r"missing required arguments: (?P<names>[^.]+?) found in")
+_CONVERT = re.compile(r"unable to convert to (?P<type>\w+)")
+TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+              "dict": "a mapping", "list": "a list", "path": "a path"}  # fmt: skip
+_HUMAN_INT = re.compile(r"^-?\d+(\.\d+)?[kKmMgGtT]?$")
+_NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE]-?\d+)?$")
+KIND_WORDS = {
+    "bool": "true or false",
+    "int": "an integer",
+    "int_human": "an integer or a size like 64k",
+    "float": "a number",
+    "str": "a string",
+    "json": "a mapping (or a JSON string)",
+}
+
+
+def _nearest(word: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"did you mean {close[0]}?" if close else "no known key is close"
+
+
+def _options_at(options: Mapping[str, Any], parents: Iterable[str]) -> Mapping[str, Any]:
+    for name in parents:
+        options = (options.get(name) or {}).get("options") or {}
+    return options
+
+
+def _record(path: str, measured: Any, expected: str, detail: str) -> dict[str, Any]:
+    return check(f"profile:{path}", FAIL, path, measured, expected, detail, FIX)
+
+
+def _schema_checks(profile: Mapping[str, Any], options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    result = ArgumentSpecValidator({ROOT: {"type": "dict", "required": True, "options": options}}).validate(
+        {ROOT: dict(profile)}
+    )
+    records = []
+    for path in sorted(result.unsupported_parameters):
+        *parents, key = path
+        known = sorted(_options_at(options, parents[1:]))
+        dotted = ".".join(path)
+        records.append(
+            _record(dotted, key, f"one of: {', '.join(known)}", f"{dotted}: unknown; {_nearest(key, known)}")
+        )
+    for error in result.errors:
+        if isinstance(error, UnsupportedError):
+            continue  # named above, with the nearest key
+        found = _FOUND_IN.search(error.msg)
+        where = found["path"].replace(" -> ", ".") if found else ROOT
+        missing = _MISSING.search(error.msg)
+        if missing:
+            for name in (n.strip() for n in missing["names"].split(",")):
+                records.append(_record(f"{where}.{name}", None, "a value", f"{where}.{name}: missing (required)"))
+            continue
+        argument = _ARGUMENT.search(error.msg)
+        path = f"{where}.{argument['name']}" if argument else where
+        convert = _CONVERT.search(error.msg)
+        if convert:
+            value, want = _value_at(profile, path.split(".")[1:]), TYPE_WORDS.get(convert["type"], convert["type"])
+            records.append(_record(path, value, want, f"{path}: {value!r} is not {want}"))
+        else:
+            records.append(_record(path, None, "see detail", f"{path}: {error.msg}"))
+    return records
+
+
+def _value_at(data: Any, keys: Iterable[str]) -> Any:
+    for key in keys:
+        data = data.get(key) if isinstance(data, Mapping) else None
+    return data
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def value_fits(kind: str, value: Any, many: bool = False) -> bool:
+    """Whether a profile value can be given to a flag of this kind (the table's `kind`)."""
+    if many and isinstance(value, list):
+        return all(value_fits(kind, v) for v in value)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, str) and re.fullmatch(r"-?\d+", value) is not None
+        )
+    if kind == "int_human":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, str) and (value == "auto" or _HUMAN_INT.fullmatch(value) is not None)
+        )
+    if kind == "float":
+        return (isinstance(value, int | float) and not isinstance(value, bool)) or (
+            isinstance(value, str) and _NUMBER.fullmatch(value) is not None
+        )
+    if kind == "str":
+        return _scalar(value)
+    if kind == "json":
+        if isinstance(value, dict | list):
+            return True
+        if isinstance(value, str):
+            try:
+                json.loads(value)
+            except ValueError:
+                return False
+            return True
+        return False
+    return True  # "any": what vLLM parses itself
+
+
+def _launch_checks(
+    launch: Mapping[str, Any], flags: Mapping[str, Mapping[str, Any]], extra: Iterable[str]
+) -> list[dict[str, Any]]:
+    records = []
+    extra = {str(f).removeprefix("--").replace("-", "_") for f in extra}
+    known = sorted({*flags, *NOT_FLAGS, *extra})
+    for key, value in launch.items():
+        path = f"{ROOT}.launch.{key}"
+        if key in NOT_FLAGS:
+            if not isinstance(value, dict) or not all(_scalar(v) for v in value.values()):
+                records.append(
+                    _record(path, value, "a mapping of names to values", f"{path}: not a mapping of names to values")
+                )
+            continue
+        if key in extra:
+            continue
+        flag = flags.get(key)
+        if flag is None:
+            detail = f"{path}: unknown; {_nearest(key, known)}"
+            if key.replace("-", "_") in flags:
+                detail = f"{path}: unknown; write it with underscores: {key.replace('-', '_')}"
+            records.append(_record(path, key, "a flag of vllm serve (underscored) or env", detail))
+            continue
+        kind = flag.get("kind", "any")
+        if not value_fits(kind, value, bool(flag.get("many"))):
+            want = KIND_WORDS.get(kind, kind) + (" (or a list of them)" if flag.get("many") else "")
+            detail = f"{path}: {value!r} is not {want} ({flag['flag']})"
+            records.append(_record(path, value, want, detail))
+    return records
+
+
+def a800_profile_checks(
+    profile: Mapping[str, Any],
+    options: Mapping[str, Any],
+    flags: Mapping[str, Mapping[str, Any]],
+    extra_flags: Iterable[str] = (),
+) -> list[dict[str, Any]]:
+    """Every problem of the profile as a failed check record; [] when it fits the schema and the flag table."""
+    records = _schema_checks(profile, options)
+    launch = profile.get("launch")
+    if isinstance(launch, Mapping):
+        records += _launch_checks(launch, flags, extra_flags)
+    return records
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"a800_profile_checks": a800_profile_checks}
