@@ -1,4 +1,5 @@
-"""The phases a caller names, as playbooks, tags and the extra variables that switch an opt-in phase on."""
+"""The phases a caller names, as playbooks, tags and the extra variables that switch an opt-in phase on: read from
+phases.yml beside this file, the one list of the phases in site.yml's order."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-PACKAGE_PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
+import yaml
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_PLAYBOOKS = PACKAGE_DIR / "playbooks"
+PHASES_FILE = PACKAGE_DIR / "phases.yml"  # the order of site.yml, written once
 
 
 @dataclass(frozen=True)
@@ -20,27 +25,29 @@ class Phase:
     description: str = ""
 
 
-PHASES: Mapping[str, Phase] = MappingProxyType(
-    {
-        phase.name: phase
-        for phase in (
-            Phase("deploy", "site.yml", description="every phase of site.yml, bare OS to a verified endpoint"),
-            Phase("preflight", "site.yml", "preflight", description="read-only facts and checks"),
-            Phase("host", "site.yml", "host", description="driver, container runtime, host tuning"),
-            Phase("weights", "site.yml", "weights", description="integrity and page-cache prewarm"),
-            Phase("image", "site.yml", "image", description="the serving image"),
-            Phase("serve", "site.yml", "serve", description="image and vLLM server, one host at a time"),
-            Phase("verify", "site.yml", "verify", description="log markers, answers, GPUs"),
-            Phase("bench", "site.yml", "bench", {"bench_enabled": True}, "benchmarks against the baselines"),
-            Phase("gateway", "site.yml", "gateway", {"gateway_enabled": True}, "client files, smoke via gateway"),
-            Phase(
-                "status",
-                str(PACKAGE_PLAYBOOKS / "status.yml"),
-                description="read-only: container state, load progress and /health",
-            ),
+def load_phases(path: Path = PHASES_FILE) -> list[dict[str, Any]]:
+    """The phases of phases.yml, in site.yml's order: name, playbook, tag, description, opt_in and alone when set."""
+    return list(yaml.safe_load(path.read_text())["phases"])
+
+
+def _phases() -> Mapping[str, Phase]:
+    """`deploy` (all of site.yml), each phase of phases.yml (site.yml with its tag, its opt-in variable set), and
+    `status` (read-only, a playbook of this package)."""
+    phases = [Phase("deploy", "site.yml", description="every phase of site.yml, bare OS to a verified endpoint")]
+    for entry in load_phases():
+        extravars = {entry["opt_in"]: True} if entry.get("opt_in") else {}
+        phases.append(Phase(entry["name"], "site.yml", entry["tag"], extravars, entry["description"]))
+    phases.append(
+        Phase(
+            "status",
+            str(PACKAGE_PLAYBOOKS / "status.yml"),
+            description="read-only: container state, load progress and /health",
         )
-    }
-)
+    )
+    return MappingProxyType({phase.name: phase for phase in phases})
+
+
+PHASES: Mapping[str, Phase] = _phases()
 
 
 def resolve(playbook: str) -> Phase:

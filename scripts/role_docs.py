@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Generate the variables section of each role's README.md from its meta/argument_specs.yml.
+"""Generate the variables section of each role's README.md from its meta/argument_specs.yml, and the phase table of
+the top README.md from a800vllm/phases.yml.
 
-    scripts/role_docs.py           rewrite the generated section of every roles/*/README.md
+    scripts/role_docs.py           rewrite the generated sections
     scripts/role_docs.py --check   exit 1 when a README is out of date (used by the unit tests)
 
-The section sits between the markers below; text outside them is written by hand and kept.
+Each section sits between the markers below; text outside them is written by hand and kept.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "<!-- BEGIN generated from meta/argument_specs.yml by scripts/role_docs.py -->"
 END = "<!-- END generated -->"
+PHASES_BEGIN = "<!-- BEGIN generated from a800vllm/phases.yml by scripts/role_docs.py -->"
 
 
 def _cell(text: object) -> str:
@@ -58,6 +60,24 @@ def variables_section(role: Path) -> str:
     return "\n".join(lines)
 
 
+def phases_section() -> str:
+    phases = yaml.safe_load((ROOT / "a800vllm" / "phases.yml").read_text())["phases"]
+    lines = [PHASES_BEGIN, "", "| # | phase | what it does | playbook | tag | opt-in |", "|---|---|---|---|---|---|"]
+    for number, phase in enumerate(phases, 1):
+        playbook = f"`{phase['playbook']}`" + (f" (alone: `{phase['alone']}`)" if phase.get("alone") else "")
+        opt_in = f"`{phase['opt_in']}`" if phase.get("opt_in") else "-"
+        row = [str(number), phase["name"], phase["description"], playbook, f"`{phase['tag']}`", opt_in]
+        lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    return "\n".join([*lines, "", END])
+
+
+def render_readme(path: Path) -> str:
+    text = path.read_text()
+    head, rest = text.split(PHASES_BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return head + phases_section() + tail
+
+
 def render(role: Path) -> str:
     readme = role / "README.md"
     section = variables_section(role)
@@ -86,6 +106,14 @@ def main() -> int:
         else:
             readme.write_text(wanted)
             print(f"wrote {readme.relative_to(ROOT)}")
+    readme = ROOT / "README.md"
+    wanted = render_readme(readme)
+    if readme.read_text() != wanted:
+        if args.check:
+            stale.append("README.md")
+        else:
+            readme.write_text(wanted)
+            print("wrote README.md")
     if stale:
         print("out of date (run scripts/role_docs.py): " + ", ".join(stale), file=sys.stderr)
         return 1

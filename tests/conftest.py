@@ -15,8 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # The plugins are the collection a800.vllm (galaxy.yml; collections/ links to the repository): tests import them as
 # ansible_collections.a800.vllm.plugins.{module_utils,filter,modules}.NAME, as Ansible does. The double's harness is
-# importable by its name.
-for _sub in ("collections", "tests/doubles/vllm"):
+# importable by its name, and the a800vllm package from the repository root (which `pytest` alone does not import).
+for _sub in ("collections", "tests/doubles/vllm", "."):
     _path = str(ROOT / _sub)
     if _path not in sys.path:
         sys.path.insert(0, _path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check, counts
 
 GIB_PER_GB = 1e9 / 1024**3
 
@@ -26,35 +26,7 @@ def _bool(value: Any) -> bool:
     return bool(value)
 
 
-def gpu_checks(gpu: dict, req: dict) -> list[dict]:
-    pin = req.get("driver_pin") or "the pinned version"
-    if not gpu.get("driver_installed"):
-        status = PENDING if _bool(req.get("allow_missing_driver", True)) else FAIL
-        return [
-            check(
-                "nvidia_driver",
-                status,
-                "gpu_facts.driver_installed",
-                False,
-                True,
-                "nvidia-smi is not installed: GPU checks wait for the driver",
-                f"the host phase installs NVIDIA driver {pin} and runs the GPU checks again "
-                "(ansible-playbook site.yml --tags host)",
-            )
-        ]
-    if not gpu.get("driver_loaded"):
-        return [
-            check(
-                "nvidia_driver",
-                FAIL,
-                "gpu_facts.error",
-                gpu.get("error"),
-                "nvidia-smi answers",
-                f"nvidia-smi is installed but fails: {gpu.get('error')}",
-                "load the kernel module: reboot after a driver install (nvidia_driver_reboot_allowed), "
-                "check Secure Boot / MOK enrollment and `dmesg | grep -i nvrm`",
-            )
-        ]
+def _gpu_count_check(gpu: dict, req: dict) -> list[dict]:
     checks = []
     count, want = gpu.get("count", 0), int(req["gpu_count"])
     if count < want:
@@ -84,7 +56,11 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
         )
     else:
         checks.append(check("gpu_count", PASS, "gpu_facts.count", count, want, f"GPU count: {count}"))
+    return checks
 
+
+def _gpu_uniform_check(gpu: dict, req: dict) -> list[dict]:
+    checks = []
     models = gpu.get("models") or []
     if gpu.get("homogeneous", True):
         checks.append(
@@ -109,7 +85,11 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
                 "tensor parallelism needs identical GPUs (model and memory) on every rank",
             )
         )
+    return checks
 
+
+def _compute_capability_check(gpu: dict, req: dict) -> list[dict]:
+    checks = []
     caps, want_cc = gpu.get("compute_caps") or [], str(req["compute_capability"])
     if caps == [want_cc]:
         checks.append(
@@ -129,7 +109,11 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
                 "or hosts of that compute capability",
             )
         )
+    return checks
 
+
+def _gpu_memory_check(gpu: dict, req: dict) -> list[dict]:
+    checks = []
     mem, want_mem = gpu.get("memory_mib_min"), int(req["min_gpu_memory_mib"])
     if mem is not None and mem >= want_mem:
         checks.append(
@@ -150,7 +134,12 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
                 "serve this profile on 80 GB cards (model_profile.hardware.min_gpu_memory_mib)",
             )
         )
+    return checks
 
+
+def _driver_version_check(gpu: dict, req: dict) -> list[dict]:
+    pin = req.get("driver_pin") or "the pinned version"
+    checks = []
     drv, min_drv = gpu.get("driver_version"), str(req["min_driver_version"])
     if drv and _version(drv) >= _version(min_drv):
         checks.append(check("driver_version", PASS, "gpu_facts.driver_version", drv, f">= {min_drv}", f"driver {drv}"))
@@ -178,7 +167,11 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
                 "the host phase installs the pinned driver (a reboot needs nvidia_driver_reboot_allowed)",
             )
         )
+    return checks
 
+
+def _persistence_mode_check(gpu: dict, req: dict) -> list[dict]:
+    checks = []
     if gpu.get("persistence_mode_all"):
         checks.append(
             check(
@@ -197,7 +190,11 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
                 "the host phase enables nvidia-persistenced",
             )
         )
+    return checks
 
+
+def _topology_check(gpu: dict, req: dict) -> list[dict]:
+    checks = []
     topo = gpu.get("topology") or {}
     worst = topo.get("worst")
     if worst == "SYS":
@@ -237,6 +234,11 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
                 "run `nvidia-smi topo -m` on the host",
             )
         )
+    return checks
+
+
+def _pcie_link_check(gpu: dict, req: dict) -> list[dict]:
+    checks = []
     degraded = gpu.get("pcie_degraded") or []
     if degraded:
         checks.append(
@@ -250,7 +252,11 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
                 "reseat the card or check the riser / BIOS slot configuration",
             )
         )
-    checks.append(
+    return checks
+
+
+def _nvswitch_check(gpu: dict, req: dict) -> list[dict]:
+    return [
         check(
             "nvswitch",
             PASS,
@@ -261,8 +267,54 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
             if gpu.get("nvswitch")
             else "no NVSwitch (PCIe / NVLink bridges): no Fabric Manager needed",
         )
-    )
-    return checks
+    ]
+
+
+# The checks of a host whose driver answers, in the order the preflight table shows them.
+GPU_CHECKS = (
+    _gpu_count_check,
+    _gpu_uniform_check,
+    _compute_capability_check,
+    _gpu_memory_check,
+    _driver_version_check,
+    _persistence_mode_check,
+    _topology_check,
+    _pcie_link_check,
+    _nvswitch_check,
+)
+
+
+def gpu_checks(gpu: dict, req: dict) -> list[dict]:
+    """The GPU checks: the driver first (pending or failed without it), then one function per check."""
+    pin = req.get("driver_pin") or "the pinned version"
+    if not gpu.get("driver_installed"):
+        status = PENDING if _bool(req.get("allow_missing_driver", True)) else FAIL
+        return [
+            check(
+                "nvidia_driver",
+                status,
+                "gpu_facts.driver_installed",
+                False,
+                True,
+                "nvidia-smi is not installed: GPU checks wait for the driver",
+                f"the host phase installs NVIDIA driver {pin} and runs the GPU checks again "
+                "(ansible-playbook site.yml --tags host)",
+            )
+        ]
+    if not gpu.get("driver_loaded"):
+        return [
+            check(
+                "nvidia_driver",
+                FAIL,
+                "gpu_facts.error",
+                gpu.get("error"),
+                "nvidia-smi answers",
+                f"nvidia-smi is installed but fails: {gpu.get('error')}",
+                "load the kernel module: reboot after a driver install (nvidia_driver_reboot_allowed), "
+                "check Secure Boot / MOK enrollment and `dmesg | grep -i nvrm`",
+            )
+        ]
+    return [record for one in GPU_CHECKS for record in one(gpu, req)]
 
 
 def host_checks(host: dict, req: dict) -> list[dict]:
@@ -373,8 +425,8 @@ def preflight_table(checks: list[dict]) -> list[str]:
     """The checks as aligned lines for a person to read."""
     width = max((len(c["name"]) for c in checks), default=0)
     lines = [f"{c['status'].upper():<7} {c['name']:<{width}}  {c['detail']}" for c in checks]
-    counts = {s: sum(c["status"] == s for c in checks) for s in (PASS, WARN, FAIL, PENDING)}
-    lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checks")
+    by_status = counts(checks)
+    lines.append(", ".join(f"{by_status[s]} {s}" for s in (PASS, WARN, FAIL, PENDING) if by_status[s]) or "no checks")
     return lines
 
 

@@ -224,225 +224,26 @@ bench:
       type: bool
 """
 
-import json  # noqa: E402
-import os  # noqa: E402
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import threading  # noqa: E402
-import urllib.parse  # noqa: E402
-import urllib.request  # noqa: E402
-import uuid  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.a800.vllm.plugins.module_utils.bench_client import calibrate, run_load  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.bench_client import calibrate  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.bench_gpu import GpuSampler  # noqa: E402
 from ansible_collections.a800.vllm.plugins.module_utils.bench_judge import (  # noqa: E402
-    annotate,
     judge,
-    parse_vllm_result,
     summary_lines,
 )
+from ansible_collections.a800.vllm.plugins.module_utils.bench_scenarios import run_scenarios  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.bench_tools import (  # noqa: E402
+    BenchError,
+    VllmBenchInContainer,
+    client_runner,
+    container_url,
+    model_root,
+)
 from ansible_collections.a800.vllm.plugins.module_utils.checks import worst  # noqa: E402
-
-HELP_TIMEOUT_S = 300.0  # `vllm bench serve --help` imports vLLM: ~20 s, more on a busy host
-
-
-class BenchError(Exception):
-    """The benchmark tool could not be run."""
-
-
-def model_root(base_url: str, model: str, api_key: str | None) -> str | None:
-    """The `root` (weights directory) that /v1/models gives for `model`, None when unknown."""
-    request = urllib.request.Request(base_url.rstrip("/") + "/v1/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=30) as response:
-            cards = json.loads(response.read()).get("data") or []
-    except (OSError, ValueError):
-        return None
-    return next((c.get("root") for c in cards if c.get("id") == model), None)
-
-
-class VllmBenchInContainer:
-    """`vllm bench serve` run with `docker exec` in the serving container; its --save-result file read back."""
-
-    def __init__(self, docker: str, container: str, base_url: str, model: str, tokenizer: str | None, **kw: Any):
-        self.docker, self.container = docker, container
-        self.base_url, self.model, self.tokenizer = base_url, model, tokenizer
-        self.api_key: str | None = kw.get("api_key")
-        self.fixed_length: bool = kw.get("fixed_length", True)
-        self.timeout_s: float = kw.get("timeout_s", 1800.0)
-        self.seed = 0
-
-    def _exec(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-        env = dict(os.environ)
-        prefix = [self.docker, "exec"]
-        if self.api_key:  # by name only: the key stays out of the process list
-            env["OPENAI_API_KEY"] = self.api_key
-            prefix += ["-e", "OPENAI_API_KEY"]
-        try:
-            return subprocess.run(
-                [*prefix, self.container, *argv],
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                env=env,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BenchError(f"{self.docker} exec {self.container} {' '.join(argv[:3])}: {exc}") from exc
-
-    def available(self) -> tuple[bool, str]:
-        try:
-            run = self._exec(["vllm", "bench", "serve", "--help"], HELP_TIMEOUT_S)
-        except BenchError as exc:
-            return False, str(exc)
-        if run.returncode != 0:
-            tail = (run.stderr.strip() or run.stdout.strip()).splitlines()[-1:] or [""]
-            return False, f"`vllm bench serve --help` in {self.container} exited {run.returncode}: {tail[0][:200]}"
-        return True, f"`vllm bench serve` is available in container {self.container}"
-
-    def argv(self, concurrency: int, requests: int, prompt_tokens: int, max_tokens: int, directory: str) -> list[str]:
-        argv = ["vllm", "bench", "serve", "--backend", "openai-chat", "--base-url", self.base_url]
-        argv += ["--endpoint", "/v1/chat/completions", "--model", self.model]
-        if self.tokenizer:
-            argv += ["--tokenizer", self.tokenizer]
-        argv += ["--trust-remote-code", "--dataset-name", "random", "--random-input-len", str(prompt_tokens)]
-        argv += ["--random-output-len", str(max_tokens), "--num-prompts", str(requests)]
-        argv += ["--max-concurrency", str(concurrency), "--seed", str(self.seed)]
-        if self.fixed_length:
-            argv.append("--ignore-eos")
-        argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99", "--disable-tqdm"]
-        return [
-            *argv,
-            "--save-result",
-            "--save-detailed",
-            "--result-dir",
-            directory,
-            "--result-filename",
-            "result.json",
-        ]
-
-    def __call__(self, concurrency: int, requests: int, prompt_tokens: int, max_tokens: int, seed: int) -> dict:
-        self.seed = seed
-        directory = f"/tmp/vllm-bench-{uuid.uuid4().hex[:12]}"
-        try:
-            run = self._exec(self.argv(concurrency, requests, prompt_tokens, max_tokens, directory), self.timeout_s)
-            if run.returncode != 0:
-                tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-5:])
-                raise BenchError(f"vllm bench serve exited {run.returncode}: {tail}")
-            read = self._exec(["cat", f"{directory}/result.json"], 60)
-            if read.returncode != 0:
-                raise BenchError(f"cannot read the result file {directory}/result.json: {read.stderr.strip()}")
-            try:
-                document = json.loads(read.stdout)
-            except ValueError as exc:
-                raise BenchError(f"the result file {directory}/result.json is not JSON: {exc}") from exc
-        finally:
-            self._exec(["rm", "-rf", directory], 60)
-        return parse_vllm_result(document, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
-
-
-def client_runner(
-    base_url: str, model: str, api_key: str | None, tokens_per_word: float, **kw: Any
-) -> Callable[..., dict[str, Any]]:
-    def run(concurrency: int, requests: int, prompt_tokens: int, max_tokens: int, seed: int) -> dict[str, Any]:
-        result = run_load(
-            base_url,
-            model,
-            api_key,
-            concurrency,
-            requests,
-            prompt_tokens,
-            max_tokens,
-            tokens_per_word=tokens_per_word,
-            seed=seed,
-            **kw,
-        )
-        return annotate(result)
-
-    return run
-
-
-class GpuSampler:
-    """`nvidia-smi --query-gpu=utilization.gpu` every `interval` seconds in a thread, between start() and stop()."""
-
-    def __init__(self, nvidia_smi: str, interval: float = 1.0) -> None:
-        self.nvidia_smi, self.interval = nvidia_smi, interval
-        self.samples: list[list[float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                out = subprocess.run(
-                    [self.nvidia_smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                    capture_output=True,
-                    text=True,
-                    timeout=10,
-                ).stdout
-                values = [float(v) for v in out.split()]
-            except (OSError, ValueError, subprocess.TimeoutExpired):
-                continue
-            if values:
-                self.samples.append(values)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> dict[str, Any] | None:
-        self._stop.set()
-        self._thread.join()
-        if not self.samples:
-            return None
-        gpus = min(len(s) for s in self.samples)
-        per_gpu = [sum(s[i] for s in self.samples) / len(self.samples) for i in range(gpus)]
-        return {
-            "samples": len(self.samples),
-            "mean_pct": round(sum(per_gpu) / gpus, 1),
-            "per_gpu_mean_pct": [round(v, 1) for v in per_gpu],
-        }
-
-
-def level_requests(concurrency: int, requests_per_level: int | None) -> int:
-    return 2 * concurrency if requests_per_level is None else max(requests_per_level, concurrency)
-
-
-def run_scenarios(
-    runner: Callable[..., dict[str, Any]], params: dict[str, Any], sampler: GpuSampler | None
-) -> dict[str, Any]:
-    """The scenarios' results (see RETURN), each run with its own seed (different prompts: no prefix-cache hits)."""
-    plan = params["scenarios"]
-    seed = 1
-    scenarios: dict[str, Any] = {"concurrency": [], "ttft": [], "long_context": None}
-    levels = plan["concurrency"] or []
-    for level in levels:
-        sample = sampler is not None and level == max(levels) and "gpu_utilization" not in scenarios
-        if sample:
-            sampler.start()
-        requests = level_requests(level, params["requests_per_level"])
-        scenarios["concurrency"].append(runner(level, requests, params["prompt_tokens"], params["output_tokens"], seed))
-        if sample:
-            scenarios["gpu_utilization"] = sampler.stop()
-        seed += 1
-    for prompt in plan["ttft_prompt_tokens"] or []:
-        scenarios["ttft"].append(runner(1, params["ttft_requests"], prompt, params["ttft_output_tokens"], seed))
-        seed += 1
-    long_context = plan["long_context"]
-    if long_context["enabled"] and long_context["prompt_tokens"] > 0:
-        n = long_context["concurrency"]
-        scenarios["long_context"] = runner(n, n, long_context["prompt_tokens"], long_context["max_tokens"], seed)
-    return scenarios
-
-
-def container_url(base_url: str) -> str:
-    parts = urllib.parse.urlsplit(base_url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"http://127.0.0.1:{port}"
 
 
 def choose_tool(module: AnsibleModule, params: dict[str, Any]) -> tuple[str, str, VllmBenchInContainer | None]:

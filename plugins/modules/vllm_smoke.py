@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: vllm_smoke
 short_description: Prove that a vLLM OpenAI server answers correctly (models, chats, reasoning, tools, stream, metrics)
 description:
-  - Sends the verification requests of the source article and vllm-facts.md to the server and returns one record per
+  - Sends the verification requests of docs/article.md and docs/vllm.md to the server and returns one record per
     check (name, status pass/warn/fail, measured, expected, detail, fix) - C(/v1/models) lists the served name; a
     chat with a prompt shorter than 2048 tokens (the prefill that C(sparse_mla_force_mqa) keeps alive) and one longer;
     "What is 17 multiplied by 24? Answer briefly." answered 408 in C(content) with the thinking in the reasoning field
@@ -31,19 +31,19 @@ options:
   prompt:
     description: The arithmetic prompt.
     type: str
-    default: What is 17 multiplied by 24? Answer briefly.
+    required: true
   expect:
     description: Text the answer's content must contain.
     type: str
-    default: "408"
+    required: true
   max_tokens:
     description: Token budget of the arithmetic chat.
     type: int
-    default: 150
+    required: true
   temperature:
     description: Temperature of the arithmetic chat.
     type: float
-    default: 0.6
+    required: true
   long_prompt_tokens:
     description: Approximate size of the long prompt (above the 2048-token sparse prefill limit).
     type: int
@@ -254,10 +254,11 @@ def main() -> None:
             "base_url": {"type": "str", "default": "http://127.0.0.1:8001"},
             "model": {"type": "str", "required": True},
             "api_key": {"type": "str", "no_log": True},
-            "prompt": {"type": "str", "default": "What is 17 multiplied by 24? Answer briefly."},
-            "expect": {"type": "str", "default": "408"},
-            "max_tokens": {"type": "int", "default": 150},
-            "temperature": {"type": "float", "default": 0.6},
+            # the arithmetic check: model_profile.smoke (prompt, expect_in_content, max_tokens, temperature)
+            "prompt": {"type": "str", "required": True},
+            "expect": {"type": "str", "required": True},
+            "max_tokens": {"type": "int", "required": True},
+            "temperature": {"type": "float", "required": True},
             "long_prompt_tokens": {"type": "int", "default": 2600},
             "speculative": {"type": "bool", "default": False},
             "timeout": {"type": "float", "default": 120},

@@ -21,9 +21,6 @@ import yaml
 from ansible_collections.a800.vllm.plugins.module_utils import vllm_log
 from conftest import ROOT
 
-if str(ROOT) not in sys.path:  # the package lives at the repository root, which `pytest` alone does not import from
-    sys.path.insert(0, str(ROOT))
-
 from a800vllm import (
     PHASES,
     DeployError,

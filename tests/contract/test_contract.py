@@ -3,7 +3,7 @@ against the vLLM test double AND a real vLLM (CPU build 0.32.0, tiny random mode
 shapes, streaming format, reasoning field, tool-call shape, error shapes, /metrics names and CLI errors.
 
 The real model writes random tokens that stay inside its reasoning (its chat template opens `<think>`), so the
-shared checks are about shapes; answers are checked on the double alone (tests/double).
+shared checks are about shapes; answers are checked on the double alone (tests/double_tests).
 """
 
 from __future__ import annotations

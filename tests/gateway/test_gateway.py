@@ -22,6 +22,8 @@ from ansible_collections.a800.vllm.plugins.modules import gateway_smoke
 from conftest import ROOT
 from harness import Launcher, free_port
 
+PROFILE = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"]
+SMOKE = PROFILE["smoke"]  # the arithmetic check the role sends, from the model profile
 DIAGNOSES = yaml.safe_load((ROOT / "roles/gateway/defaults/main/diagnoses.yml").read_text())["gateway_diagnoses"]
 SECRET = "sk-static-" + "9f3c1a7e5b2d4c6e8a0b"  # the static tests' key: never in a result either
 
@@ -94,10 +96,10 @@ def smoke(base_url: str, key: str, **over) -> dict:
         "proxy": "",
         "diagnoses": DIAGNOSES,
         "probe": True,
-        "prompt": "What is 17 multiplied by 24? Answer briefly.",
-        "expect": "408",
-        "max_tokens": 150,
-        "temperature": 0.6,
+        "prompt": SMOKE["prompt"],
+        "expect": SMOKE["expect_in_content"],
+        "max_tokens": SMOKE["max_tokens"],
+        "temperature": SMOKE["temperature"],
         "timeout_s": 10.0,
         "validate_certs": True,
         **over,

@@ -162,3 +162,17 @@ def test_site_yml_stops_in_its_first_play_naming_the_key(one_host, overrides, li
     assert "PLAY [Preflight" in out and "TASK [a800 : Stop when the model profile" in out
     assert "TASK [preflight" not in out and "PLAY [Host" not in out  # no role past the check, no other play
     assert "changed=0" in out and "failed=1" in out
+
+
+@pytest.mark.contract
+def test_the_recorded_flag_table_is_the_real_parsers():
+    """The table the profile is checked against equals what real vLLM's parser (the contract venv) gives now."""
+    python = ROOT / ".venv-vllm" / "bin" / "python"
+    run = subprocess.run(
+        [str(python), str(ROOT / "scripts" / "record_vllm_serve_flags.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "VLLM_TARGET_DEVICE": "cpu", "HOME": os.environ.get("HOME", "/root")},
+    )
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -1,5 +1,6 @@
-"""The launch filters (plugins/filter/vllm_launch.py): rendering from the prod model profile, and each rule of the
-validation failing on the pitfall it names — the article's and vllm-facts.md's."""
+"""The launch filters: rendering from the prod model profile (plugins/filter/vllm_launch.py), and each rule of the
+validation failing on the pitfall it names (plugins/filter/vllm_launch_rules.py) — the article's and vLLM's
+(docs/article.md, docs/vllm.md); the message of a failed start (plugins/filter/vllm_failure.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.a800.vllm.plugins.filter.vllm_failure import vllm_failure_message
 from ansible_collections.a800.vllm.plugins.filter.vllm_launch import (
     vllm_command_line,
-    vllm_failure_message,
     vllm_launch_args,
-    vllm_launch_checks,
     vllm_ready_timeout,
 )
+from ansible_collections.a800.vllm.plugins.filter.vllm_launch_rules import vllm_launch_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"]
@@ -26,7 +27,7 @@ SERVE_DEFAULTS = yaml.safe_load((ROOT / "roles/serve/defaults/main/main.yml").re
 ARGCHECK = ROOT / "roles/serve/files/vllm_argcheck.py"
 DOUBLE_SRC = ROOT / "tests/doubles/vllm/src"
 
-# The article's `docker run` (seed-digest.md), after the image name.
+# The article's `docker run` (docs/article.md#the-launch), after the image name.
 ARTICLE = shlex.split(
     "/models/GLM-5.2-NVFP4 --host 0.0.0.0 --port 8001 --tensor-parallel-size 8 --trust-remote-code --dtype bfloat16 "
     "--gpu-memory-utilization 0.95 --max-model-len 65536 --kv-cache-dtype bfloat16 --max-num-seqs 16 "
@@ -105,7 +106,7 @@ def test_profile_renders_every_flag_of_the_article_and_selects_the_backend_by_fl
     ours, article = _options(render()), _options(ARTICLE)
     for flag, value in article.items():
         assert ours.get(flag) == value, flag
-    # the corrections of vllm-facts.md: the backend by flag (the env var is ignored by 0.26.0)
+    # docs/vllm.md#where-vllm-corrects-the-article: the backend by flag (the env var is ignored by 0.26.0)
     assert ours["--attention-backend"] == "TRITON_MLA_SPARSE"
     assert set(ours) - set(article) == {"--attention-backend"}
 

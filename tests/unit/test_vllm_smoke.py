@@ -4,9 +4,14 @@ passes against the vLLM test double started with the article's flags, and each o
 from __future__ import annotations
 
 import pytest
+import yaml
 from ansible_collections.a800.vllm.plugins.module_utils import smoke
 from ansible_collections.a800.vllm.plugins.modules import vllm_smoke
 from conftest import ROOT
+
+SMOKE = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"][
+    "smoke"
+]
 
 
 def params(url: str, **over) -> dict:
@@ -14,10 +19,10 @@ def params(url: str, **over) -> dict:
         "base_url": url,
         "model": "glm-5.2-nvfp4",
         "api_key": None,
-        "prompt": "What is 17 multiplied by 24? Answer briefly.",
-        "expect": "408",
-        "max_tokens": 150,
-        "temperature": 0.6,
+        "prompt": SMOKE["prompt"],
+        "expect": SMOKE["expect_in_content"],
+        "max_tokens": SMOKE["max_tokens"],
+        "temperature": SMOKE["temperature"],
         "long_prompt_tokens": 2600,
         "speculative": True,
         "timeout": 30,

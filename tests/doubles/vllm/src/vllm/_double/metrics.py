@@ -1,4 +1,4 @@
-"""Prometheus metrics with vLLM's names (vllm-facts.md), counters that move with the traffic."""
+"""Prometheus metrics with vLLM's names (docs/vllm.md#metrics), counters that move with the traffic."""
 
 from __future__ import annotations
 

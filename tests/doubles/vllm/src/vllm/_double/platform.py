@@ -1,7 +1,7 @@
 """The GPUs the double is given, and the attention backend vLLM 0.26.0 would pick on them.
 
 GPUs come from the `nvidia-smi` that the (stand-in) NVIDIA container hook puts into the container, as the real
-toolkit does; no GPU visible means vLLM cannot infer a device. Backend rules (vllm-facts.md): sparse MLA models
+toolkit does; no GPU visible means vLLM cannot infer a device. Backend rules (docs/vllm.md): sparse MLA models
 need FLASHMLA_SPARSE/FLASHINFER_MLA_SPARSE (sm90+) or TRITON_MLA_SPARSE (sm80, patched images only);
 VLLM_ATTENTION_BACKEND is ignored by 0.26.0; `--attention-backend` or `"backend"` in `--attention-config`
 selects a backend explicitly.

@@ -1,6 +1,6 @@
 """Engine startup of the test double: platform, memory arithmetic, loading the weights, KV cache, graphs.
 
-Timings follow the article (seed-digest.md): 433 GB load in ~6 min from the page cache, ~22 min cold. The shard
+Timings follow docs/article.md#load-times: 433 GB load in ~6 min from the page cache, ~22 min cold. The shard
 files are really read (so the page cache matters as it does to vLLM) and each shard's simulated time is
 scaled from the checkpoint's declared size (`metadata.total_size` of model.safetensors.index.json) by whether
 its pages were resident before the read. VLLM_TEST_DOUBLE_TIME_SCALE (simulated seconds per real second,

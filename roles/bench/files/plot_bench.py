@@ -2,7 +2,7 @@
 """Plot a bench.json (the vllm_bench module's result) into bench.png: decode throughput against concurrency with
 the article's band, and TTFT against prompt length with the article's band.
 
-    scripts/plot_bench.py reports/<host>/bench.json reports/<host>/bench.png
+    roles/bench/files/plot_bench.py reports/<host>/bench.json reports/<host>/bench.png
 """
 
 from __future__ import annotations

@@ -1,0 +1,457 @@
+"""Filters: validate the rendered `vllm serve` launch before anything restarts.
+
+A restart reloads 433 GB of weights (6 min from the page cache, 22 min from disk) before most configuration
+errors show, so every pitfall of the article (docs/article.md) and of vLLM's own behaviour (docs/vllm.md) is a
+named rule here that runs in milliseconds on the controller. Each rule returns a check record
+(plugins/module_utils/checks.py), so they print, fail and reach ansible-runner callers as the preflight's do.
+
+Rules that need the host (port, image self-check, weights, the image's own argument parser) take their facts from
+`context`; when a fact is missing (preflight on a bare host) the rule is `pending`, not a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ansible_collections.a800.vllm.plugins.filter.vllm_launch import _json_value
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check
+
+# vLLM's argparse choices (v0.26 ... v0.33, docs/vllm.md#argument-choices). `bf16` is in neither list.
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
+SPELLINGS = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "fp32": "float32", "f32": "float32"}
+# Sparse MLA backends and the compute capabilities they run on (docs/vllm.md#sparse-mla-on-sm80: PR #38476).
+SPARSE_BACKENDS = {"TRITON_MLA_SPARSE": (8, 0), "FLASHMLA_SPARSE": (9, 0), "FLASHINFER_MLA_SPARSE": (10, 0)}
+SPARSE_SM80_KV_DTYPES = ("auto", "float16", "bfloat16")
+JSON_OPTIONS = ("attention_config", "speculative_config", "compilation_config", "kv_transfer_config")
+GB = 1e9
+
+
+def _cc(text: Any) -> tuple[int, int]:
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)
+
+
+def _memory_check(launch: dict, ctx: dict) -> dict:
+    tp = int(launch.get("tensor_parallel_size") or 1)
+    mem_mib = ctx.get("gpu_memory_mib")
+    weights_gb = float(ctx.get("weights_gb") or 0)
+    model = ctx.get("memory_model") or {}
+    util = float(launch.get("gpu_memory_utilization") or 0.9)
+    factor = float(model.get("replicated_factor", 1.05))
+    need = weights_gb / tp * factor + float(model.get("cuda_graph_gb", 2.4)) + float(model.get("min_kv_cache_gb", 2))
+    if not mem_mib:
+        return check(
+            "tensor_parallel_memory",
+            PENDING,
+            "gpu_facts.memory_mib_min",
+            None,
+            f"{need:.1f} GB per GPU",
+            "GPU memory unknown until the driver answers",
+        )
+    have = float(mem_mib) * 1024**2 / GB * util
+    fits = need <= have
+    fix = ""
+    if not fits:
+        min_tp = next(
+            (n for n in (1, 2, 4, 8, 16) if weights_gb / n * factor + need - weights_gb / tp * factor <= have), None
+        )
+        fix = (
+            f"set model_profile.launch.tensor_parallel_size to {min_tp} or more (one GPU each)"
+            if min_tp
+            else "this model does not fit these GPUs at any tensor parallel size"
+        )
+    return check(
+        "tensor_parallel_memory",
+        PASS if fits else FAIL,
+        "model_profile.launch.tensor_parallel_size",
+        f"{need:.1f} GB per GPU",
+        f"<= {have:.1f} GB ({mem_mib} MiB x {util})",
+        f"{weights_gb:.0f} GB of weights / TP {tp} x {factor} + CUDA graphs + minimum KV cache "
+        f"= {need:.1f} GB per GPU; "
+        f"{'fits' if fits else 'does not fit: the engine would fail with CUDA out of memory after loading'}",
+        fix,
+    )
+
+
+def _choice_check(name: str, key: str, value: Any, choices: tuple[str, ...]) -> dict:
+    fact = f"model_profile.launch.{key}"
+    if value in (None, ""):
+        return check(name, PASS, fact, value, "unset (auto)", f"--{key.replace('_', '-')} not set: vLLM's default")
+    if value in choices:
+        return check(name, PASS, fact, value, list(choices), f"--{key.replace('_', '-')} {value} is a valid choice")
+    better = SPELLINGS.get(str(value).lower())
+    return check(
+        name,
+        FAIL,
+        fact,
+        value,
+        list(choices),
+        f"--{key.replace('_', '-')}: invalid choice: {value!r} (vllm serve exits 2 before anything loads)",
+        f"set {fact} to {better}" if better else f"set {fact} to one of {', '.join(choices)}",
+    )
+
+
+def _json_checks(launch: dict, extra: list) -> list[dict]:
+    checks = []
+    options = {k: launch[k] for k in JSON_OPTIONS if k in launch and launch[k] not in (None, "")}
+    for i, arg in enumerate(extra[:-1]):
+        if arg.lstrip("-").replace("-", "_") in JSON_OPTIONS:
+            options[f"extra:{arg}"] = extra[i + 1]
+    for key, value in options.items():
+        fact = f"model_profile.launch.{key}" if not key.startswith("extra:") else "serve_extra_args"
+        try:
+            parsed = _json_value(value)
+            ok = isinstance(parsed, dict)
+            detail = "a JSON object" if ok else f"JSON but not an object: {parsed!r}"
+        except ValueError as exc:
+            ok, detail = False, f"not JSON: {exc}"
+        checks.append(
+            check(
+                f"json_option:{key.removeprefix('extra:--').replace('-', '_')}",
+                PASS if ok else FAIL,
+                fact,
+                value if isinstance(value, str) else json.dumps(value),
+                "a JSON object",
+                detail,
+                f"write {fact} as a YAML mapping (rendered to JSON) or a valid JSON object string",
+            )
+        )
+    return checks
+
+
+def _backend_checks(launch: dict, env: dict, ctx: dict) -> list[dict]:
+    checks = []
+    try:
+        attention_config = _json_value(launch.get("attention_config") or {}) or {}
+    except ValueError:
+        attention_config = {}  # reported by the JSON rule
+    if not isinstance(attention_config, dict):
+        attention_config = {}
+    backend = launch.get("attention_backend") or attention_config.get("backend")
+    env_backend = env.get("VLLM_ATTENTION_BACKEND")
+    sparse = bool(ctx.get("sparse_attention"))
+    caps = [_cc(c) for c in ctx.get("compute_caps") or []]
+    fact = "model_profile.launch.attention_backend"
+    if backend:
+        detail = f"--attention-backend {backend} selects the backend explicitly"
+        status = PASS
+        if env_backend:
+            status, detail = WARN, detail + "; VLLM_ATTENTION_BACKEND in the environment is ignored by vLLM 0.26"
+        checks.append(check("backend_by_flag", status, fact, backend, "set", detail, "remove VLLM_ATTENTION_BACKEND"))
+    else:
+        checks.append(
+            check(
+                "backend_by_flag",
+                FAIL if sparse else WARN,
+                fact,
+                None,
+                "set",
+                "no --attention-backend: vLLM picks one itself"
+                + (f" (VLLM_ATTENTION_BACKEND={env_backend} is ignored by 0.26.0)" if env_backend else ""),
+                "set model_profile.launch.attention_backend (e.g. TRITON_MLA_SPARSE on A800/A100)",
+            )
+        )
+    if sparse and backend:
+        need = SPARSE_BACKENDS.get(backend)
+        if need is None:
+            checks.append(
+                check(
+                    "sparse_backend",
+                    FAIL,
+                    fact,
+                    backend,
+                    list(SPARSE_BACKENDS),
+                    f"{backend} is a dense backend for a sparse-attention model: performance collapses",
+                    "set model_profile.launch.attention_backend to TRITON_MLA_SPARSE (sm80) or FLASHMLA_SPARSE (sm90)",
+                )
+            )
+        elif caps:
+            ok = all(cap >= need for cap in caps)
+            checks.append(
+                check(
+                    "sparse_backend",
+                    PASS if ok else FAIL,
+                    fact,
+                    backend,
+                    f"compute capability >= {need[0]}.{need[1]}",
+                    f"{backend} on compute capability {', '.join(f'{a}.{b}' for a, b in caps)}",
+                    "on A800/A100 (8.0) use TRITON_MLA_SPARSE from the patched sm80 image",
+                )
+            )
+    if sparse and backend == "TRITON_MLA_SPARSE":
+        force = attention_config.get("sparse_mla_force_mqa") is True
+        checks.append(
+            check(
+                "sparse_mla_force_mqa",
+                PASS if force else FAIL,
+                "model_profile.launch.attention_config.sparse_mla_force_mqa",
+                attention_config.get("sparse_mla_force_mqa"),
+                True,
+                "short prefills take the top-k MQA path"
+                if force
+                else "without it every prefill <= 2048 tokens raises NotImplementedError in forward_mha (HTTP 500, "
+                "engine dead) — after the whole weight load",
+                "set model_profile.launch.attention_config.sparse_mla_force_mqa: true",
+            )
+        )
+    kv = launch.get("kv_cache_dtype") or "auto"
+    if sparse and backend == "TRITON_MLA_SPARSE" and kv in KV_CACHE_DTYPES:  # a misspelling is the choice rule's
+        checks.append(
+            check(
+                "kv_cache_dtype_backend",
+                PASS if kv in SPARSE_SM80_KV_DTYPES else FAIL,
+                "model_profile.launch.kv_cache_dtype",
+                kv,
+                list(SPARSE_SM80_KV_DTYPES),
+                f"TRITON_MLA_SPARSE supports KV cache {', '.join(SPARSE_SM80_KV_DTYPES)}"
+                + ("" if kv in SPARSE_SM80_KV_DTYPES else f", not {kv}: no FP8 KV cache on sm80 with this backend"),
+                "set model_profile.launch.kv_cache_dtype to bfloat16",
+            )
+        )
+    return checks
+
+
+def _parser_checks(launch: dict, known: dict) -> list[dict]:
+    checks = []
+    for key in ("reasoning_parser", "tool_call_parser"):
+        value = launch.get(key)
+        names = list(known.get(key) or [])
+        if not value:
+            continue
+        ok = value in names
+        checks.append(
+            check(
+                f"parser:{key}",
+                PASS if ok else FAIL,
+                f"model_profile.launch.{key}",
+                value,
+                names,
+                f"{value} is a known {key.replace('_', ' ')}"
+                if ok
+                else f"unknown {key.replace('_', ' ')} {value!r}: the server exits with a KeyError",
+                f"set model_profile.launch.{key} to one of {', '.join(names)} (serve_known_parsers lists them)",
+            )
+        )
+    if launch.get("enable_auto_tool_choice") and not launch.get("tool_call_parser"):
+        checks.append(
+            check(
+                "parser:auto_tool_choice",
+                FAIL,
+                "model_profile.launch.tool_call_parser",
+                None,
+                "set",
+                "--enable-auto-tool-choice requires --tool-call-parser (exit 2)",
+                "set model_profile.launch.tool_call_parser (glm47 for GLM-5.x)",
+            )
+        )
+    return checks
+
+
+def _host_checks(ctx: dict) -> list[dict]:
+    """Facts gathered on the host by the serve role; absent (preflight) → pending."""
+    checks = []
+    port = ctx.get("port")
+    if port is not None:
+        holder = ctx.get("port_holder")
+        ok = not port.get("in_use") or holder == "ours"
+        checks.append(
+            check(
+                "port_free",
+                PASS if ok else FAIL,
+                "serve_port",
+                port.get("listener") or "free",
+                f"free or held by container {ctx.get('container_name')}",
+                f"port {port.get('port')} is "
+                + (
+                    "free"
+                    if not port.get("in_use")
+                    else "held by our container"
+                    if ok
+                    else f"in use: {port.get('listener')}"
+                ),
+                "stop what listens there or set serve_port to a free port",
+            )
+        )
+    image = ctx.get("image")
+    if image is None:
+        checks.append(check("image_self_check", PENDING, "image_ref", None, "checked", "the image phase has not run"))
+    else:
+        ok = bool(image.get("ref")) and bool(image.get("self_check_ok"))
+        checks.append(
+            check(
+                "image_self_check",
+                PASS if ok else FAIL,
+                "image_ref",
+                image.get("ref"),
+                "present and self-checked",
+                f"image {image.get('ref')} passed its self-check"
+                if ok
+                else "the serving image is missing or unchecked",
+                "run the image phase (ansible-playbook site.yml --tags image)",
+            )
+        )
+    weights = ctx.get("weights_check")
+    if weights is None:
+        checks.append(check("weights_verified", PENDING, "weights_check", None, "ok", "the weights phase has not run"))
+    else:
+        checks.append(
+            check(
+                "weights_verified",
+                PASS if weights.get("ok") else FAIL,
+                "weights_check",
+                weights.get("summary"),
+                "ok",
+                weights.get("summary", ""),
+                "fix the checkpoint (see the weights phase errors) and run site.yml --tags weights",
+            )
+        )
+    argcheck = ctx.get("argcheck")
+    if argcheck is not None:
+        ok = argcheck.get("rc") == 0
+        checks.append(
+            check(
+                "vllm_argument_parser",
+                PASS if ok else FAIL,
+                "the image's vllm argument parser",
+                "accepted" if ok else (argcheck.get("error") or "rejected"),
+                "accepted",
+                "the image's own `vllm serve` parser accepts the command line"
+                if ok
+                else f"the image's vllm parser rejects the command line: {argcheck.get('error')}",
+                "fix the flag it names in model_profile.launch or serve_extra_args",
+            )
+        )
+    return checks
+
+
+def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
+    """Every rule over one rendered launch. `launch` is model_profile.launch; `ctx` carries the rest:
+    env, extra_args, served_model_name, compute_caps, gpu_count, gpu_memory_mib, weights_gb, memory_model,
+    sparse_attention, known_parsers, ready_timeout_s, min_ready_timeout_s, load_format, skip (rule names), and the
+    host facts (port, port_holder, image, weights_check, argcheck) when the serve role gathered them; host_rules false
+    (the preflight phase) leaves out the rules of the serving host's state."""
+    env = dict(launch.get("env") or {}) | dict(ctx.get("env") or {})
+    extra = [str(a) for a in ctx.get("extra_args") or []]
+    checks = []
+    tp = launch.get("tensor_parallel_size")
+    gpus = ctx.get("gpu_count")
+    try:
+        tp_int = int(tp)
+        tp_ok = tp_int >= 1
+    except (TypeError, ValueError):
+        tp_int, tp_ok = 0, False
+    if not tp_ok:
+        checks.append(
+            check(
+                "tensor_parallel_gpus",
+                FAIL,
+                "model_profile.launch.tensor_parallel_size",
+                tp,
+                "a positive integer",
+                f"--tensor-parallel-size {tp!r}: invalid int value (exit 2)",
+                "set model_profile.launch.tensor_parallel_size to the number of GPUs (8)",
+            )
+        )
+    elif gpus is None:
+        checks.append(
+            check(
+                "tensor_parallel_gpus",
+                PENDING,
+                "gpu_facts.count",
+                None,
+                tp_int,
+                "GPU count unknown until the driver answers",
+            )
+        )
+    else:
+        ok = tp_int <= int(gpus)
+        checks.append(
+            check(
+                "tensor_parallel_gpus",
+                PASS if ok else FAIL,
+                "model_profile.launch.tensor_parallel_size",
+                tp_int,
+                f"<= {gpus} GPUs",
+                f"TP {tp_int} on {gpus} GPUs" + ("" if ok else ": CUDA error: invalid device ordinal at startup"),
+                f"set model_profile.launch.tensor_parallel_size to at most {gpus}",
+            )
+        )
+    if tp_ok:
+        checks.append(_memory_check(launch, ctx))
+    checks.append(_choice_check("dtype", "dtype", launch.get("dtype"), DTYPES))
+    checks.append(_choice_check("kv_cache_dtype", "kv_cache_dtype", launch.get("kv_cache_dtype"), KV_CACHE_DTYPES))
+    checks += _json_checks(launch, extra)
+    checks += _backend_checks(launch, env, ctx)
+    checks += _parser_checks(launch, ctx.get("known_parsers") or {})
+    name = ctx.get("served_model_name")
+    checks.append(
+        check(
+            "served_model_name",
+            PASS if name and not re.search(r"\s", str(name)) else FAIL,
+            "model_profile.served_model_name",
+            name,
+            "set, no whitespace",
+            "clients and the gateway must send this exact, case-sensitive model id",
+            "set model_profile.served_model_name (e.g. glm-5.2-nvfp4)",
+        )
+    )
+    for key in ("max_num_seqs", "max_num_batched_tokens"):
+        checks.append(
+            check(
+                f"explicit:{key}",
+                PASS if launch.get(key) else WARN,
+                f"model_profile.launch.{key}",
+                launch.get(key),
+                "set",
+                f"--{key.replace('_', '-')} {launch.get(key)}"
+                if launch.get(key)
+                else "unset: A800 gets H100-class defaults (1024 seqs, 8192 batched tokens)",
+                f"set model_profile.launch.{key}",
+            )
+        )
+    load_format = launch.get("load_format")
+    if load_format == "sharded_state" and ctx.get("quantization") == "nvfp4":
+        checks.append(
+            check(
+                "load_format",
+                FAIL,
+                "model_profile.launch.load_format",
+                load_format,
+                "not sharded_state",
+                "sharded_state saves Marlin-repacked NVFP4 weights that sm80 cannot read back",
+                "remove model_profile.launch.load_format (auto)",
+            )
+        )
+    timeout, minimum = ctx.get("ready_timeout_s"), ctx.get("min_ready_timeout_s")
+    if timeout is not None and minimum is not None:
+        ok = int(timeout) >= int(minimum)
+        checks.append(
+            check(
+                "ready_timeout",
+                PASS if ok else FAIL,
+                "serve_ready_timeout_s",
+                int(timeout),
+                f">= {int(minimum)} s",
+                f"VLLM_ENGINE_READY_TIMEOUT_S={int(timeout)}"
+                + ("" if ok else f": a cold load of these weights needs ~{int(minimum)} s; vLLM would give up first"),
+                f"set serve_ready_timeout_s to at least {int(minimum)} (or leave it unset: sized from the weights)",
+            )
+        )
+    if ctx.get("host_rules", True):
+        checks += _host_checks(ctx)
+    skip = set(ctx.get("skip") or [])
+    for rule in checks:
+        if rule["status"] == PENDING and ctx.get("strict"):
+            rule["status"], rule["fix"] = FAIL, rule["fix"] or "run the phase that gathers this fact first"
+        if rule["name"] in skip and rule["status"] == FAIL:
+            rule["status"] = WARN
+            rule["detail"] += " (rule skipped by serve_validate_skip)"
+    return checks
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"vllm_launch_checks": vllm_launch_checks}
