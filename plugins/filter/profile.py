@@ -21,10 +21,10 @@ from typing import Any
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
+from ansible_collections.a800.vllm.plugins.filter.vllm_launch import NOT_FLAGS  # launch keys that are not flags
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, check
 
 ROOT = "model_profile"
-NOT_FLAGS = ("env",)  # keys of launch that are not `vllm serve` flags
 FIX = "correct the key or value in model_profile / model_profile_overrides (inventory group_vars)"
 _FOUND_IN = re.compile(r"found in '?(?P<path>[^'.]+?)'?(?:\.|$)")
 _ARGUMENT = re.compile(r"argument '(?P<name>[^']+)'")

@@ -21,7 +21,7 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
-def _json_value(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     """A JSON option as data: a mapping stays one, a string is parsed (ValueError when it is not JSON)."""
     if isinstance(value, str):
         return json.loads(value)

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from ansible_collections.a800.vllm.plugins.filter.vllm_launch import _json_value
+from ansible_collections.a800.vllm.plugins.filter.vllm_launch import json_value
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check
 
 # vLLM's argparse choices (v0.26 ... v0.33, docs/vllm.md#argument-choices). `bf16` is in neither list.
@@ -103,7 +103,7 @@ def _json_checks(launch: dict, extra: list) -> list[dict]:
     for key, value in options.items():
         fact = f"model_profile.launch.{key}" if not key.startswith("extra:") else "serve_extra_args"
         try:
-            parsed = _json_value(value)
+            parsed = json_value(value)
             ok = isinstance(parsed, dict)
             detail = "a JSON object" if ok else f"JSON but not an object: {parsed!r}"
         except ValueError as exc:
@@ -125,7 +125,7 @@ def _json_checks(launch: dict, extra: list) -> list[dict]:
 def _backend_checks(launch: dict, env: dict, ctx: dict) -> list[dict]:
     checks = []
     try:
-        attention_config = _json_value(launch.get("attention_config") or {}) or {}
+        attention_config = json_value(launch.get("attention_config") or {}) or {}
     except ValueError:
         attention_config = {}  # reported by the JSON rule
     if not isinstance(attention_config, dict):
