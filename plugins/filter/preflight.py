@@ -11,6 +11,8 @@ import re
 from typing import Any
 
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check, counts
+from ansible_collections.a800.vllm.plugins.module_utils.pcie_acs import FIX_ACS
+from ansible_collections.a800.vllm.plugins.module_utils.weights_ram import ram_fit
 
 GIB_PER_GB = 1e9 / 1024**3
 
@@ -207,8 +209,8 @@ def _topology_check(gpu: dict, req: dict) -> list[dict]:
                 "NV#/PIX/PXB/PHB/NODE",
                 "GPU pairs talk across CPU sockets (SYS): tensor-parallel all-reduce is slower, and "
                 "PCIe ACS/IOMMU settings can make NCCL P2P hang",
-                "run the GPU communication check before loading the weights; if it hangs, "
-                "disable ACS (BIOS or pci=noacs iommu=pt) or set NCCL_P2P_DISABLE=1",
+                "run the GPU communication check before loading the weights (gpu_comm_check_enabled=true); if it "
+                "hangs or is slow, " + FIX_ACS,
             )
         )
     elif worst:
@@ -320,34 +322,26 @@ def gpu_checks(gpu: dict, req: dict) -> list[dict]:
 def host_checks(host: dict, req: dict) -> list[dict]:
     checks = []
     weights_gb = float(req["weights_size_gb"])
-    headroom_gb = float(req["ram_headroom_gb"])
-    need_gib = round((weights_gb + headroom_gb) * GIB_PER_GB, 1)
-    ram = host.get("mem_total_gib", 0)
-    if ram >= need_gib:
-        checks.append(
-            check(
-                "ram",
-                PASS,
-                "host_facts.mem_total_gib",
-                ram,
-                f">= {need_gib}",
-                f"RAM {ram} GiB holds the {weights_gb:g} GB of weights in the page cache",
-            )
+    # RAM below weights + headroom is a warning (cold restarts, no prewarm), a failure only for weights to be locked
+    # resident: the weights role decides its prewarm with the same function (plugins/module_utils/weights_ram.py).
+    fit = ram_fit(
+        host.get("mem_total_gib", 0),
+        weights_gb,
+        req["ram_headroom_gb"],
+        req["cold_gb_per_s"],
+        _bool(req.get("keep_resident", False)),
+    )
+    checks.append(
+        check(
+            "ram",
+            fit["status"],
+            "host_facts.mem_total_gib",
+            host.get("mem_total_gib", 0),
+            f">= {fit['need_gib']}",
+            fit["detail"],
+            fit["fix"],
         )
-    else:
-        checks.append(
-            check(
-                "ram",
-                FAIL,
-                "host_facts.mem_total_gib",
-                ram,
-                f">= {need_gib}",
-                f"RAM: found {ram} GiB, need at least {need_gib} GiB ({weights_gb:g} GB weights + "
-                f"{headroom_gb:g} GB headroom) so that the page cache holds the weights",
-                "use a host with more RAM; without it every restart is a cold load "
-                "(model_profile.weights.size_gb, model_profile.hardware.ram_headroom_gb)",
-            )
-        )
+    )
 
     w = host.get("weights") or {}
     need_gib_disk = round(weights_gb * GIB_PER_GB, 1)
@@ -389,20 +383,6 @@ def host_checks(host: dict, req: dict) -> list[dict]:
             )
         )
 
-    sb = host.get("secure_boot", "unknown")
-    status = WARN if sb == "enabled" and not req.get("driver_installed") else PASS
-    checks.append(
-        check(
-            "secure_boot",
-            status,
-            "host_facts.secure_boot",
-            sb,
-            "-",
-            f"Secure Boot: {sb}; kernel {host.get('kernel')}",
-            "Secure Boot needs signed NVIDIA kernel modules: enroll the DKMS MOK key, "
-            "or use the distribution's signed driver packages",
-        )
-    )
     return checks
 
 

@@ -56,8 +56,9 @@ def vllm_command_line(spec: dict) -> str:
 
     parts = ["docker run -d", "--name", spec["name"], "--gpus", spec.get("gpus", "all")]
     parts += ["--ipc=host"] if spec.get("ipc_mode") == "host" else ["--shm-size", spec.get("shm_size", "")]
-    for ulimit in spec.get("ulimits", []):
-        parts += ["--ulimit", ulimit]
+    for ulimit in spec.get("ulimits", []):  # docker_container's name:soft:hard is `docker run --ulimit name=soft:hard`
+        name, _, limits = str(ulimit).partition(":")
+        parts += ["--ulimit", f"{name}={limits}"]
     parts += ["--restart", spec.get("restart_policy", "no")]
     for key, value in sorted(spec.get("env", {}).items()):
         parts += ["-e", f"{key}={value}"]

@@ -17,6 +17,12 @@ from typing import Any
 
 from ansible_collections.a800.vllm.plugins.filter.vllm_launch import json_value
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check
+from ansible_collections.a800.vllm.plugins.module_utils.cuda_requirement import (
+    min_driver_for_cuda,
+    newest_cuda_for_driver,
+    parse_require_cuda,
+    version_tuple,
+)
 
 # vLLM's argparse choices (v0.26 ... v0.33, docs/vllm.md#argument-choices). `bf16` is in neither list.
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -250,31 +256,139 @@ def _parser_checks(launch: dict, known: dict) -> list[dict]:
     return checks
 
 
+def _gpu_holder_checks(others: list | None, own: str | None) -> list[dict]:
+    """Other running containers with GPUs (docker inspect, serve_inspect.serve_other_containers): a second server on
+    the same GPUs runs both out of memory; pending when the containers were not read."""
+    if others is None:
+        return [check("gpus_free", PENDING, "docker ps", None, "read", "the running containers were not read")]
+    holders = [c for c in others if c.get("gpus")]
+    names = " ".join(c["name"] for c in holders)
+    return [
+        check(
+            "gpus_free",
+            FAIL if holders else PASS,
+            "docker ps",
+            [f"{c['name']} (GPUs: {c['gpus']})" for c in holders] or "none",
+            f"no running container but {own} holds GPUs",
+            f"containers holding GPUs besides {own}: "
+            + ", ".join(f"{c['name']} ({c['gpus']})" for c in holders)
+            + "; two servers on the same GPUs contend for their memory (CUDA out of memory) and compute"
+            if holders
+            else f"no running container besides {own} holds GPUs",
+            f"stop them (docker stop {names}); or, when {holders[0]['name']} is the server to keep, set "
+            f"serve_container_name to {holders[0]['name']} to adopt it (a monitoring container that only reads the "
+            "GPUs, e.g. dcgm-exporter: add gpus_free to serve_validate_skip)"
+            if holders
+            else "",
+        )
+    ]
+
+
+def _image_cuda_driver_check(ctx: dict) -> dict:
+    """The running driver against the serving image's NVIDIA_REQUIRE_CUDA (docs/field.md#cuda-version-of-the-image):
+    the container toolkit refuses `docker run` below it, after the old server was stopped."""
+    name, fact = "image_cuda_driver", "gpu_facts.driver_version"
+    image = ctx.get("image_cuda")
+    driver = ctx.get("driver_version")
+    if image is None or not image.get("inspected"):
+        what = (image or {}).get("name") or (image or {}).get("ref") or "the serving image"
+        return check(name, PENDING, "image NVIDIA_REQUIRE_CUDA", None, "read", f"{what} is not on the host yet")
+    label = image.get("name") or image.get("ref")
+    require = image.get("require_cuda")
+    cuda = parse_require_cuda(require)
+    if require is None or cuda is None:
+        detail = (
+            f"{label} declares no NVIDIA_REQUIRE_CUDA"
+            if require is None
+            else f"the NVIDIA_REQUIRE_CUDA of {label} has no cuda>= clause ({require[:80]!r})"
+        )
+        return check(name, PASS, fact, driver, "no CUDA requirement", detail + ": the toolkit checks no CUDA release")
+    clause = f"cuda>={cuda[0]}.{cuda[1]}"
+    floor = min_driver_for_cuda(cuda)
+    expected = f">= {floor['exact']}" if floor["exact"] else f">= {floor['at_least'] or '?'} (CUDA {clause[6:]})"
+    need = floor["exact"] or floor["at_least"] or floor["enough"]
+    if not driver:
+        return check(
+            name,
+            PENDING,
+            fact,
+            None,
+            expected,
+            f"{label} requires {clause}; no driver answers yet (the host phase installs bom.nvidia_driver)",
+        )
+    have = version_tuple(driver)
+    if floor["at_least"] and have < version_tuple(floor["at_least"]):
+        newest = newest_cuda_for_driver(driver)
+        other = (
+            "; or serve the CUDA 12.9 image (the -cu129 tag of vllm/vllm-openai, >= 575.51.03) as bom.vllm_image.base"
+            if newest == (12, 9)
+            else f"; or serve an image built on CUDA {newest[0]}.{newest[1]}"
+            if newest
+            else ""
+        )
+        return check(
+            name,
+            FAIL,
+            fact,
+            driver,
+            expected,
+            f"{label} requires {clause} (NVIDIA_REQUIRE_CUDA): CUDA {clause[6:]} needs driver {floor['at_least']} or "
+            f"newer, the host runs {driver}; docker run would fail with `nvidia-container-cli: requirement error: "
+            f"unsatisfied condition: {clause}` after the running server was stopped",
+            f"set bom.nvidia_driver.version to {floor['at_least']} or newer (bom.nvidia_driver.branch "
+            f"{floor['at_least'].split('.')[0]} or later) and run the host phase (--tags host){other}",
+        )
+    if floor["exact"] or (floor["enough"] and have >= version_tuple(floor["enough"])):
+        return check(name, PASS, fact, driver, expected, f"{label} requires {clause}; driver {driver} >= {need}")
+    return check(
+        name,
+        WARN,
+        fact,
+        driver,
+        expected,
+        f"{label} requires {clause}, which the driver table does not list: driver {driver} is at least the floor of "
+        "the older CUDA releases, but may be too old for this one",
+        f"add CUDA {clause[6:]} with its minimum driver (CUDA Toolkit release notes) to CUDA_MIN_DRIVER in "
+        "plugins/module_utils/cuda_requirement.py",
+    )
+
+
 def _host_checks(ctx: dict) -> list[dict]:
     """Facts gathered on the host by the serve role; absent (preflight) → pending."""
     checks = []
     port = ctx.get("port")
+    others = ctx.get("other_containers")
+    own = ctx.get("container_name")
     if port is not None:
         holder = ctx.get("port_holder")
-        ok = not port.get("in_use") or holder == "ours"
+        publishers = [c for c in others or [] if c.get("ports")]
+        ok = (not port.get("in_use") or holder == "ours") and not publishers
+        names = " ".join(c["name"] for c in publishers)
+        if publishers:
+            held = "published by container " + ", ".join(f"{c['name']} ({', '.join(c['ports'])})" for c in publishers)
+        else:
+            held = (
+                "free"
+                if not port.get("in_use")
+                else "held by our container"
+                if ok
+                else f"in use: {port.get('listener')}"
+            )
         checks.append(
             check(
                 "port_free",
                 PASS if ok else FAIL,
                 "serve_port",
-                port.get("listener") or "free",
-                f"free or held by container {ctx.get('container_name')}",
-                f"port {port.get('port')} is "
-                + (
-                    "free"
-                    if not port.get("in_use")
-                    else "held by our container"
-                    if ok
-                    else f"in use: {port.get('listener')}"
-                ),
-                "stop what listens there or set serve_port to a free port",
+                f"container {names}" if publishers else port.get("listener") or "free",
+                f"free or held by container {own}",
+                f"port {port.get('port')} is {held}",
+                f"stop it (docker stop {names}), or set serve_container_name to {publishers[0]['name']} to adopt "
+                "it, or set serve_port to a free port"
+                if publishers
+                else "stop what listens there or set serve_port to a free port",
             )
         )
+    checks += _gpu_holder_checks(others, own)
     image = ctx.get("image")
     if image is None:
         checks.append(check("image_self_check", PENDING, "image_ref", None, "checked", "the image phase has not run"))
@@ -293,6 +407,7 @@ def _host_checks(ctx: dict) -> list[dict]:
                 "run the image phase (ansible-playbook site.yml --tags image)",
             )
         )
+    checks.append(_image_cuda_driver_check(ctx))
     weights = ctx.get("weights_check")
     if weights is None:
         checks.append(check("weights_verified", PENDING, "weights_check", None, "ok", "the weights phase has not run"))
@@ -331,7 +446,8 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     """Every rule over one rendered launch. `launch` is model_profile.launch; `ctx` carries the rest:
     env, extra_args, served_model_name, compute_caps, gpu_count, gpu_memory_mib, weights_gb, memory_model,
     sparse_attention, known_parsers, ready_timeout_s, min_ready_timeout_s, load_format, skip (rule names), and the
-    host facts (port, port_holder, image, weights_check, argcheck) when the serve role gathered them; host_rules false
+    host facts (port, port_holder, other_containers, image, image_cuda, driver_version, weights_check, argcheck) when
+    the serve role gathered them; host_rules false
     (the preflight phase) leaves out the rules of the serving host's state."""
     env = dict(launch.get("env") or {}) | dict(ctx.get("env") or {})
     extra = [str(a) for a in ctx.get("extra_args") or []]

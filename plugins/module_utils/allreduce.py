@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS
+from ansible_collections.a800.vllm.plugins.module_utils.pcie_acs import FIX_ACS_OFF
 
 _SIZE_LINE = re.compile(r"^size_mib=\S+(?:\s+\w+=\S+)+")
 _PAIR = re.compile(r"(\w+)=(\S+)")
@@ -62,14 +63,12 @@ _HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
 )
 
-FIX_ACS = (
-    "disable PCIe ACS in the BIOS and set the IOMMU to passthrough, or boot with `pci=noacs iommu=pt` "
-    "(Intel: `intel_iommu=on iommu=pt`)"
-)
+# The ACS fix names the three mechanisms that exist and the lspci re-check (plugins/module_utils/pcie_acs.py,
+# docs/field.md#pcie-acs-and-iommu).
+FIX_ACS = FIX_ACS_OFF
 FIX_P2P = (
-    "disable PCIe ACS in the BIOS and set the IOMMU to passthrough, or boot with `pci=noacs iommu=pt` "
-    "(Intel: `intel_iommu=on iommu=pt`); fallback: NCCL_P2P_DISABLE=1 (gpu_comm_check_extra_env here, and the "
-    "same variable in the serving container's environment), which is slower but does not hang"
+    FIX_ACS_OFF + "; fallback: NCCL_P2P_DISABLE=1 (gpu_comm_check_extra_env here, and the same variable in the "
+    "serving container's environment), which is slower but does not hang"
 )
 
 

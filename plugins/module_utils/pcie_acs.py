@@ -18,12 +18,19 @@ IOMMU is enabled, so the kernel command line matters as much as the BIOS.
             Capabilities: [f24 v1] Access Control Services
                     ACSCap: SrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl+ DirectTrans+
                     ACSCtl: SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-
+
+Turning redirection off (docs/field.md#pcie-acs-and-iommu): the BIOS switch, NCCL's setpci loop at boot, or the
+mainline kernel argument `pci=disable_acs_redir=<bdf>;<bdf>...`; each is proven by reading these bits again, not
+by the kernel command line. `disable_acs_redir_arg`, `grub_escape` and `acs_verdict` serve roles/host_tuning.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
+
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, WARN, check
 
 # The ACS control bits that keep peer-to-peer traffic from going straight across a bridge. The kernel's
 # pci=disable_acs_redir= clears exactly these three; ReqRedir and CmpltRedir are the ones seen in practice.
@@ -40,16 +47,47 @@ _NVIDIA = re.compile(r"NVIDIA|\[10de:", re.IGNORECASE)
 _PASSTHROUGH_VALUES = {"pt", "passthrough", "1", "on", "y", "yes"}
 _OFF_VALUES = {"off", "0", "n", "no", "disabled"}
 
-FIX_ACS = (
-    "disable ACS for the PCIe switches / root ports in the BIOS (and set the IOMMU to passthrough, or turn "
-    "VT-d/AMD-Vi off if nothing needs it), or boot with `pci=noacs iommu=pt` (Intel: `intel_iommu=on iommu=pt`; "
-    "kernels without pci=noacs: `pci=disable_acs_redir=<bridge>;<bridge>...`); until the next boot "
-    "`setpci -s <bridge> ECAP_ACS+0x6.w=0000` clears it. Fallback when the BIOS or kernel cannot be changed: "
-    "NCCL_P2P_DISABLE=1 in the serving container (all-reduce through host memory, slower)"
+# The three mechanisms that exist (docs/field.md#pcie-acs-and-iommu), each named with the role variable that applies
+# it, and the re-check that proves it: the ACS control bits read again, not the kernel command line.
+ACS_METHODS: tuple[str, ...] = ("setpci", "kernel", "bios")
+RECHECK = "re-check with `lspci -vvv` (as root): every ACSCtl line must read ReqRedir- CmpltRedir-"
+FIX_ACS_OFF = (
+    "turn ACS redirection off with one of: (1) the BIOS: disable PCIe ACS for the switch and root ports "
+    "(host_tuning_acs_method=bios lists them; with the IOMMU on, Linux sets the bits again at boot, so also "
+    "turn VT-d/AMD-Vi off or use 2 or 3); (2) at every boot, NCCL's loop `setpci -s <bdf> ECAP_ACS+0x6.w=0000` "
+    "over every device with the ACS capability (host_tuning_disable_acs=true, host_tuning_acs_method=setpci: "
+    "a oneshot unit before docker.service, no reboot); (3) the mainline kernel argument "
+    "`pci=disable_acs_redir=<bridge>;<bridge>...` (host_tuning_acs_method=kernel, needs a reboot); then "
+    + RECHECK
+    + ". Set the IOMMU to passthrough as well (`iommu=pt`, Intel: `intel_iommu=on iommu=pt`; "
+    "host_tuning_iommu_passthrough=true)"
 )
+FIX_ACS = (
+    FIX_ACS_OFF + ". Fallback when none can be used: NCCL_P2P_DISABLE=1 in the serving container (all-reduce "
+    "through host memory, slower)"
+)
+# What to look at when a mechanism was applied and the bits are still set.
+FIX_STILL_ON = {
+    "setpci": (
+        "read `journalctl -u a800-acs-disable.service` (every device the loop wrote, and any write that failed); "
+        "`systemctl restart a800-acs-disable.service` applies it again; firmware that locks the register needs "
+        "the BIOS switch (host_tuning_acs_method=bios) or host_tuning_acs_method=kernel"
+    ),
+    "kernel": (
+        "check that /proc/cmdline carries the pci=disable_acs_redir= list (the boot loader regenerated, the host "
+        "rebooted) and `dmesg | grep -i acs` for devices the kernel could not change; otherwise use "
+        "host_tuning_acs_method=setpci or the BIOS switch"
+    ),
+    "bios": (
+        "disable PCIe ACS for these ports in the BIOS setup (the setting's name and menu differ by vendor) and "
+        "reboot; with the IOMMU on (VT-d/AMD-Vi), Linux sets the bits again at boot: turn it off in the BIOS if "
+        "nothing needs it, or use host_tuning_acs_method=setpci or kernel"
+    ),
+}
 FIX_IOMMU = (
-    "set the IOMMU to passthrough: boot with `iommu=pt` (Intel: `intel_iommu=on iommu=pt`, AMD: `iommu=pt`) or "
-    "choose passthrough in the BIOS; if NCCL still hangs, NCCL_P2P_DISABLE=1 (slower)"
+    "set the IOMMU to passthrough: boot with `iommu=pt` (Intel: `intel_iommu=on iommu=pt`, AMD: `iommu=pt`; "
+    "host_tuning_iommu_passthrough=true) or choose passthrough in the BIOS; if NCCL still hangs, "
+    "NCCL_P2P_DISABLE=1 (slower)"
 )
 
 
@@ -282,6 +320,12 @@ def summarize(
                 f"ACS redirection (ReqRedir+/CmpltRedir+) is on at {len(on_gpu_path)} PCIe bridge(s) {scope}: "
                 f"{names}{more}. GPU peer-to-peer traffic goes up to the root complex instead of across the "
                 f"switch: NCCL P2P (tensor-parallel all-reduce) is slow or hangs; IOMMU {mode}"
+                + (
+                    "; the `noacs` option among this command line's pci= options is not a mainline kernel option "
+                    "and changes nothing"
+                    if cmdline["pci_noacs"]
+                    else ""
+                )
             ),
             fix=FIX_ACS,
         )
@@ -320,3 +364,93 @@ def summarize(
 def _short(device: dict[str, Any]) -> str:
     text = re.sub(r"\s*\((?:rev|prog-if) [^()]*\)", "", device["description"]).strip()
     return f"{device['port_type']}, {text}" if device.get("port_type") else text
+
+
+# --- turning redirection off (roles/host_tuning) -----------------------------------------------------------------
+
+_BDF = re.compile(r"^(?:(?P<domain>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})\.(?P<fn>[0-7])$")
+
+
+def _full_bdf(device: str) -> str:
+    """'18:00.0' -> '0000:18:00.0' (lowercase); other device forms of the kernel's syntax stay as they are."""
+    text = device.strip()
+    match = _BDF.match(text)
+    if not match:
+        return text
+    domain = (match.group("domain") or "0000").lower()
+    return f"{domain}:{match.group('bus').lower()}:{match.group('dev').lower()}.{match.group('fn')}"
+
+
+def disable_acs_redir_arg(bridges: Iterable[str] | None, active: str | None = None) -> str:
+    """`pci=disable_acs_redir=<bdf>;<bdf>...` for the bridges with redirection on (pcie_acs_facts.redirect_bridges)
+    and the devices of the running command line's own list (pcie_acs_facts.cmdline.disable_acs_redir), sorted and
+    without repeats: once the argument works the bridges no longer redirect, and the argument stays the same on
+    every later run. '' when there is no device."""
+    devices = {_full_bdf(d) for d in bridges or [] if d and d.strip()}
+    devices |= {_full_bdf(d) for d in (active or "").split(";") if d.strip()}
+    return f"pci=disable_acs_redir={';'.join(sorted(devices))}" if devices else ""
+
+
+def grub_escape(arg: str) -> str:
+    """A kernel argument as it must stand in GRUB_CMDLINE_LINUX_DEFAULT="...": `;` separates commands in grub.cfg
+    (GRUB's shell-like scripting, docs/field.md#pcie-acs-and-iommu), so it is written `\\;`, which the shell that
+    reads /etc/default/grub keeps inside double quotes and GRUB passes on to the kernel as `;`."""
+    return arg.replace(";", "\\;")
+
+
+def _ports(report: dict[str, Any], slots: list[str], shown: int = 8) -> str:
+    """'0000:18:00.0 (Downstream Port, PLX ...; ACSCtl: ... ReqRedir+ CmpltRedir+ ...), ...' for the first `shown`."""
+    by_slot = {d["slot"]: d for d in report.get("acs_devices") or []}
+    names = [
+        f"{slot} ({_short(by_slot[slot])}; ACSCtl: {by_slot[slot]['acs_ctl']})" if slot in by_slot else slot
+        for slot in slots[:shown]
+    ]
+    return ", ".join(names) + (f" and {len(slots) - shown} more" if len(slots) > shown else "")
+
+
+def acs_verdict(report: dict[str, Any], method: str, applied: bool = True) -> dict[str, Any]:
+    """The check record of the ACS control bits read again after host_tuning applied `method` (setpci, kernel or
+    bios): pass when no bridge redirects; fail when a mechanism was applied and bridges still have
+    ReqRedir+/CmpltRedir+ (or the bits could not be read); a warning for bios, which applies nothing."""
+    if method not in ACS_METHODS:
+        raise ValueError(f"host_tuning_acs_method is {method!r}: choose one of {', '.join(ACS_METHODS)}")
+    what = {
+        "setpci": "after a800-acs-disable.service (NCCL's setpci loop) ran",
+        "kernel": "after booting with pci=disable_acs_redir=",
+        "bios": "(host_tuning_acs_method=bios applies nothing: the BIOS setting counts)",
+    }[method]
+    if not applied:
+        what = f"(check mode: host_tuning_acs_method={method} not applied yet)"
+    bad = WARN if method == "bios" or not applied else FAIL
+    if report.get("lspci") != "ok":
+        return check(
+            "acs_redirect_off",
+            bad,
+            "pcie_acs_facts.lspci",
+            report.get("lspci"),
+            "ok",
+            f"the ACS control bits could not be read again {what}: {report.get('message') or 'lspci not run'}",
+            f"{report.get('fix') or 'install pciutils and run as root'}; then {RECHECK}",
+        )
+    left = list(report.get("redirect_bridges") or [])
+    count = len(report.get("acs_devices") or [])
+    if not left:
+        return check(
+            "acs_redirect_off",
+            PASS,
+            "pcie_acs_facts.redirect_bridges",
+            [],
+            [],
+            f"ACS redirection is off on every bridge ({count} device(s) with the ACS capability, read again with "
+            f"lspci -vvv) {what}",
+        )
+    return check(
+        "acs_redirect_off",
+        bad,
+        "pcie_acs_facts.redirect_bridges",
+        left,
+        [],
+        f"ACS redirection (ReqRedir+/CmpltRedir+) is still on at {len(left)} bridge(s) {what}: "
+        f"{_ports(report, left)}",
+        f"{FIX_STILL_ON[method]}; then {RECHECK}",
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: serving_host_facts
-short_description: RAM, weights storage, kernel and Secure Boot state of a serving host
+short_description: RAM, weights storage, kernel, Secure Boot state and a .run-installed driver of a serving host
 description:
   - Reads C(/proc/meminfo), the filesystem that holds (or will hold) the weights, the kernel release and the
     Secure Boot state, and returns them as C(host_facts). Changes nothing; supports check mode.
@@ -26,7 +26,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(host_facts) with mem_total_gib, mem_available_gib, cpus, kernel, weights, secure_boot.
+  description: C(host_facts) with mem_total_gib, mem_available_gib, cpus, kernel, weights, secure_boot, runfile_driver.
   returned: always
   type: dict
 """
@@ -38,6 +38,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.a800.vllm.plugins.module_utils.pagecache import meminfo  # noqa: E402
 
 GIB = 1024**3
+RUNFILE_UNINSTALLER = "/usr/bin/nvidia-uninstall"
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 
@@ -109,6 +110,8 @@ def main() -> None:
         "kernel": os.uname().release,
         "weights": weights_facts(module.params["weights_path"]),
         "secure_boot": secure_boot(module),
+        # NVIDIA's .run installer leaves its uninstaller here (CUDA Installation Guide, conflicting methods)
+        "runfile_driver": RUNFILE_UNINSTALLER if os.path.exists(RUNFILE_UNINSTALLER) else None,
     }
     module.exit_json(changed=False, ansible_facts={"host_facts": facts})
 

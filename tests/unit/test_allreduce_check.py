@@ -286,8 +286,10 @@ def test_wall_clock_timeout(rc):
     assert verdict["status"] == "fail" and verdict["reason"] == "timeout"
     msg = verdict["message"]
     assert msg.startswith("all-reduce on 8 GPUs did not finish in 300 s: typical cause PCIe ACS/IOMMU")
-    for text in ("pci=noacs iommu=pt", "intel_iommu=on iommu=pt", "NCCL_P2P_DISABLE=1", "BIOS"):
+    for text in ("ECAP_ACS+0x6.w=0000", "pci=disable_acs_redir=", "lspci -vvv", "intel_iommu=on iommu=pt",
+                 "NCCL_P2P_DISABLE=1", "BIOS"):  # fmt: skip
         assert text in msg
+    assert "noacs" not in msg
     assert "risk high: ACS redirection" in msg and msg.endswith("NCCL version 2.27.3")
 
 
@@ -353,7 +355,7 @@ def test_low_bus_bandwidth():
     msg = verdict["message"]
     assert "measured 3.2 GB/s" in msg and "gpu_comm_check_min_busbw_gbps=8 GB/s" in msg
     assert "10-20 GB/s" in msg and "tensor-parallel" in msg and "risk high" in msg
-    assert "pci=noacs iommu=pt" in msg
+    assert "pci=disable_acs_redir=" in msg and "host_tuning_acs_method" in msg and "noacs" not in msg
 
 
 def test_low_bus_bandwidth_names_gpus_without_peer_access():

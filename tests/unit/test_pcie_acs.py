@@ -172,17 +172,18 @@ def test_rc_trailer_and_blank_input():
 
 def test_cmdline_iommu_and_acs_arguments():
     args = parse_cmdline(
-        "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro intel_iommu=on iommu=pt pci=noacs,realloc "
+        "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro intel_iommu=on iommu=pt pci=realloc,noacs "
         "pcie_acs_override=downstream\n# rc=0\n"
     )
     assert args["intel_iommu"] == "on" and args["iommu"] == "pt"
-    assert args["pci"] == ["noacs", "realloc"] and args["pci_noacs"] is True
+    # `noacs` is no mainline option (docs/field.md#pcie-acs-and-iommu); the parser still notices it
+    assert args["pci"] == ["realloc", "noacs"] and args["pci_noacs"] is True
     assert args["pcie_acs_override"] == "downstream"
     assert args["amd_iommu"] is None and args["disable_acs_redir"] is None
 
 
 def test_cmdline_disable_acs_redir_and_init_arguments():
-    args = parse_cmdline("ro amd_iommu=on pci=disable_acs_redir=0000:18:00.0;0000:18:01.0 -- iommu=pt pci=noacs")
+    args = parse_cmdline("ro amd_iommu=on pci=disable_acs_redir=0000:18:00.0;0000:18:01.0 -- iommu=pt pci=x,noacs")
     assert args["amd_iommu"] == "on"
     assert args["disable_acs_redir"] == "0000:18:00.0;0000:18:01.0"
     # what follows `--` goes to init, not to the kernel
@@ -235,11 +236,33 @@ def test_plx_box_with_acs_redirect_is_high_risk():
     assert "12 PCIe bridge(s) above the GPUs" in msg and "0000:18:00.0 (Downstream Port, PLX Technology" in msg
     assert "(rev b0)" not in msg and "and 8 more" in msg
     assert "NCCL P2P" in msg
-    for fix in ("BIOS", "pci=noacs iommu=pt", "intel_iommu=on iommu=pt", "NCCL_P2P_DISABLE=1", "setpci"):
+    for fix in (
+        "BIOS",
+        "`setpci -s <bdf> ECAP_ACS+0x6.w=0000`",
+        "`pci=disable_acs_redir=<bridge>;<bridge>...`",
+        "`lspci -vvv`",
+        "ReqRedir- CmpltRedir-",
+        "intel_iommu=on iommu=pt",
+        "NCCL_P2P_DISABLE=1",
+        "host_tuning_acs_method",
+    ):
         assert fix in report["fix"]
+    assert "noacs" not in report["fix"] and "pcie_acs_override" not in report["fix"]  # neither is mainline
+    assert "noacs" not in msg  # this command line has no such option
     assert report["summary"].startswith("PCIe ACS/IOMMU risk high: ACS redirection")
-    assert ". Fix: disable ACS" in report["summary"]
+    assert ". Fix: turn ACS redirection off with one of: (1) the BIOS" in report["summary"]
     json.dumps(report)  # facts must be plain JSON
+
+
+def test_noacs_on_the_command_line_is_named_as_doing_nothing():
+    """A host booted with the old advice (`noacs` among the pci= options) still redirects: the report says why."""
+    text = read(SYNTHETIC / "a800-x8-plx-acs-on" / "lspci-vvv.txt")
+    report = summarize(text, "ro intel_iommu=on iommu=pt pci=realloc,noacs", 8, ["identity"])
+    assert report["risk"] == "high" and report["cmdline"]["pci_noacs"] is True
+    assert (
+        "the `noacs` option among this command line's pci= options is not a mainline kernel option" in report["message"]
+    )
+    assert "noacs" not in summarize(text, "ro intel_iommu=on", 8)["message"]
 
 
 def test_same_box_with_acs_disabled_is_no_risk():
@@ -248,7 +271,7 @@ def test_same_box_with_acs_disabled_is_no_risk():
     assert report["redirect_bridges"] == [] and report["gpu_path_redirect"] == []
     assert len(report["acs_devices"]) == 14 and not any(d["redirect"] for d in report["acs_devices"])
     assert report["iommu"]["mode"] == "passthrough"
-    assert report["cmdline"]["pci_noacs"] is True and report["cmdline"]["iommu"] == "pt"
+    assert report["cmdline"]["pci_noacs"] is False and report["cmdline"]["iommu"] == "pt"
     assert "14 device(s) with ACS, none redirecting" in report["message"]
     assert report["fix"] == ""
     assert report["summary"] == "PCIe ACS/IOMMU risk none: " + report["message"]

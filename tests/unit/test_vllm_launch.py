@@ -245,6 +245,7 @@ def test_command_line_quotes_json_and_holds_no_secret():
     argv = shlex.split(line)
     assert argv[argv.index("--attention-config") + 1] == '{"sparse_mla_force_mqa":true}'
     assert "--ipc=host" in argv and argv[argv.index("--entrypoint") + 1] == "/bin/sh"
+    assert argv[argv.index("--ulimit") + 1] == "memlock=-1:-1"  # docker run's spelling, not docker_container's
 
 
 def test_failure_message_has_diagnosis_fix_and_log_lines():

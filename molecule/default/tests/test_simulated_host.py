@@ -1,5 +1,7 @@
-"""The simulated A800 host after site.yml: the pinned and held driver and toolkit, nouveau blacklisted, the
-persistence daemon, daemon.json merged (the operator's keys kept), and `docker run --gpus all` seeing 8 GPUs."""
+"""The simulated A800 host (Ubuntu 24.04 identity) after site.yml: NVIDIA's ubuntu2404 repository, the pinned and
+held compute-only driver built by DKMS against the running kernel's headers, the toolkit, nouveau blacklisted, the
+persistence daemon with persistence mode from boot, daemon.json merged (the operator's keys kept), apt clean, and
+`docker run --gpus all` seeing 8 GPUs."""
 
 import json
 import os
@@ -14,7 +16,7 @@ THRESHOLD = yaml.safe_load(
 )["weights_residency_threshold_pct"]
 DRIVER = "580.95.05-0ubuntu1"
 TOOLKIT = "1.17.8-1"
-DRIVER_PACKAGES = ("nvidia-driver-580-open", "nvidia-utils-580", "nvidia-compute-utils-580")
+DRIVER_PACKAGES = ("libnvidia-compute-580", "nvidia-dkms-580-open", "nvidia-utils-580", "nvidia-compute-utils-580")
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
                     "libnvidia-container1")  # fmt: skip
 
@@ -39,8 +41,29 @@ def test_a_newer_driver_is_available_but_not_installed(host):
     assert host.package("nvidia-utils-580").version == DRIVER  # ... the pin keeps 580.95.05
 
 
-def test_proprietary_flavour_not_installed(host):
-    assert not host.package("nvidia-driver-580").is_installed
+def test_neither_the_desktop_stack_nor_the_proprietary_flavour_is_installed(host):
+    for name in ("nvidia-driver-580-open", "nvidia-driver-580", "nvidia-dkms-580"):
+        assert not host.package(name).is_installed, name
+
+
+def test_the_host_presents_ubuntu_24_04_and_gets_that_releases_repository(host):
+    assert 'VERSION_ID="24.04"' in host.file("/etc/os-release").content_string
+    source = host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").content_string
+    assert "/compute/cuda/repos/ubuntu2404/x86_64/" in source
+    assert "Signed-By: /etc/apt/keyrings/nvidia-cuda.asc" in source  # the signed repository, no trusted=yes
+    assert "Trusted" not in source
+
+
+def test_apt_reads_every_source_without_an_error(host):
+    update = host.run("apt-get update")
+    assert update.rc == 0, update.stderr
+    assert "Conflicting values" not in update.stderr and not update.stderr.startswith("E:")
+
+
+def test_dkms_built_the_module_for_the_running_kernel_against_its_headers(host):
+    kernel = host.check_output("uname -r")
+    assert host.package(f"linux-headers-{kernel}").is_installed
+    assert host.file(f"/lib/modules/{kernel}/updates/dkms/nvidia.ko").exists
 
 
 def test_unattended_upgrades_keep_away(host):
@@ -57,6 +80,10 @@ def test_nouveau_is_blacklisted(host):
 def test_persistence_daemon_runs_and_gpus_are_persistent(host):
     service = host.service("nvidia-persistenced")
     assert service.is_enabled and service.is_running
+    dropin = host.file("/etc/systemd/system/nvidia-persistenced.service.d/override.conf").content_string
+    assert "ExecStart=\n" in dropin and "--persistence-mode" in dropin
+    # the daemon itself keeps persistence on (the package's unit says --no-persistence-mode)
+    assert host.file("/run/nvidia-persistenced/persistence-mode").content_string.strip() == "1"
     modes = host.check_output("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").splitlines()
     assert modes == ["Enabled"] * 8
 
