@@ -450,7 +450,6 @@ def acs_verdict(report: dict[str, Any], method: str, applied: bool = True) -> di
         "pcie_acs_facts.redirect_bridges",
         left,
         [],
-        f"ACS redirection (ReqRedir+/CmpltRedir+) is still on at {len(left)} bridge(s) {what}: "
-        f"{_ports(report, left)}",
+        f"ACS redirection (ReqRedir+/CmpltRedir+) is still on at {len(left)} bridge(s) {what}: {_ports(report, left)}",
         f"{FIX_STILL_ON[method]}; then {RECHECK}",
     )

@@ -61,3 +61,19 @@ def test_a_mirror_or_another_release_is_another_repository(tmp_path):
     assert entries_for(entries, CUDA.replace("ubuntu2404", "ubuntu2204"), "/") == []
     assert entries_for(entries, "http://mirror.intra/cuda/repos/ubuntu2404/x86_64/", "/") == []
     assert normalise_uri("file:///srv/x/") == normalise_uri("file:/srv/x")
+
+
+def test_a_real_ubuntu_24_04_hosts_own_sources_are_read():
+    from conftest import ROOT
+
+    real = str(ROOT / "tests" / "fixtures" / "hosts" / "nvidia-h200-ubuntu-24.04")
+    entries = read_sources(real)
+    archive = [(e["uri"], e["suite"]) for e in entries if e["file"].endswith("ubuntu.sources")]
+    assert archive == [
+        ("http://archive.ubuntu.com/ubuntu/", "noble"),
+        ("http://archive.ubuntu.com/ubuntu/", "noble-updates"),
+        ("http://archive.ubuntu.com/ubuntu/", "noble-backports"),
+        ("http://security.ubuntu.com/ubuntu/", "noble-security"),
+    ]
+    assert {e["signed_by"] for e in entries} == {"/usr/share/keyrings/ubuntu-archive-keyring.gpg"}
+    assert entries_for(entries, CUDA, "/") == []  # no NVIDIA repository on that host yet

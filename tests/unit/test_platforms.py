@@ -198,3 +198,18 @@ def test_runfile_driver_and_secure_boot_with_dkms_stop_the_install():
         {"secure_boot": "enabled"}, {"driver_loaded": True, "driver_version": "580.95.05"}, bom
     )
     assert statuses(enrolled)["secure_boot"] == "pass"
+
+
+REAL = ROOT / "tests" / "fixtures" / "hosts" / "nvidia-h200-ubuntu-24.04"
+
+
+def test_a_real_ubuntu_24_04_gpu_host_passes_the_system_checks():
+    real = os_identity((REAL / "preflight-raw.txt").read_text())
+    assert real["os_release"]["PRETTY_NAME"] == "Ubuntu 24.04.3 LTS"
+    assert real["python"] == {"version": "3.12.3", "executable": "/usr/bin/python3"}
+    assert statuses(a800_platform_checks(real, list(platforms().values()), "3.8")) == {"os": "pass", "python": "pass"}
+
+
+def test_the_ubuntu_24_04_identity_double_is_the_real_os_release():
+    real = os_identity((REAL / "preflight-raw.txt").read_text())["os_release"]
+    assert identity("ubuntu-24.04")["os_release"] == real
