@@ -18,6 +18,7 @@ branch. The names are the vendors' (sources in docs/field.md#nvidia-driver-packa
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -79,13 +80,17 @@ def nvidia_driver_install(bom_driver: dict, platform: dict, kernel: str) -> dict
         flavour = "-server-open" if open_modules else "-server"
         spec = f"{version}-*"
         modules = f"linux-modules-nvidia-{branch}{flavour}-{kernel}"
+        # every user-space package at the version, the kernel-common one too: apt would pick its newest otherwise, and
+        # the kernel's module package accepts exactly the driver it was built for
         names = [
+            f"nvidia-kernel-common-{branch}-server",
             f"nvidia-headless-no-dkms-{branch}{flavour}",
             f"nvidia-utils-{branch}-server",
             f"nvidia-compute-utils-{branch}-server",
         ]
         return {
             "source": source,
+            "modules": modules,
             "dkms": False,
             "headers": None,
             "pinning": [],
@@ -111,6 +116,7 @@ def nvidia_driver_install(bom_driver: dict, platform: dict, kernel: str) -> dict
         fabricmanager = f"nvidia-fabricmanager-{branch}"
     return {
         "source": source,
+        "modules": None,
         "dkms": True,
         "headers": f"linux-headers-{kernel}",
         "pinning": pinning,
@@ -119,6 +125,27 @@ def nvidia_driver_install(bom_driver: dict, platform: dict, kernel: str) -> dict
         "fabricmanager": f"{fabricmanager}={spec}",
         "version_spec": spec,
     }
+
+
+def precompiled_module_driver(apt_cache_show: str, package: str) -> str | None:
+    """The driver version Canonical built a kernel's module package for, from ``apt-cache show`` of it.
+
+    linux-restricted-modules pins its driver in the dependencies, ``nvidia-kernel-common-<branch>-server (<= V-1),
+    nvidia-kernel-common-<branch>-server (>= V)``: the archive's module for a kernel serves one driver version.
+    None when the archive has no such package (``apt-cache show`` printed nothing for it)."""
+    stanza = next(
+        (
+            s
+            for s in re.split(r"\n\s*\n", apt_cache_show or "")
+            if re.search(rf"^Package: {re.escape(package)}$", s, re.M)
+        ),
+        "",
+    )
+    depends = re.search(r"^Depends: (.*)$", stanza, re.M)
+    if not depends:
+        return None
+    found = re.search(r"nvidia-kernel-common-\d+(?:-server)? \(>= ([0-9.]+)\)", depends.group(1))
+    return found.group(1) if found else None
 
 
 def nvidia_driver_install_checks(host: dict, gpu: dict, bom_driver: dict) -> list[dict]:
@@ -191,6 +218,7 @@ class FilterModule:
         return {
             "nvidia_driver_install": nvidia_driver_install,
             "nvidia_driver_install_checks": nvidia_driver_install_checks,
+            "precompiled_module_driver": precompiled_module_driver,
             "nvidia_cuda_source": nvidia_cuda_source,
             "nvidia_toolkit_source": nvidia_toolkit_source,
         }

@@ -113,6 +113,7 @@ def test_ubuntu_precompiled_modules_are_for_the_running_kernel_and_need_no_heade
     got = nvidia_driver_install(driver(source="ubuntu-precompiled"), platforms()["Ubuntu_22.04"], KERNEL)
     assert got["install"] == [
         f"linux-modules-nvidia-580-server-open-{KERNEL}",
+        "nvidia-kernel-common-580-server=580.95.05-*",
         "nvidia-headless-no-dkms-580-server-open=580.95.05-*",
         "nvidia-utils-580-server=580.95.05-*",
         "nvidia-compute-utils-580-server=580.95.05-*",
@@ -213,3 +214,24 @@ def test_a_real_ubuntu_24_04_gpu_host_passes_the_system_checks():
 def test_the_ubuntu_24_04_identity_double_is_the_real_os_release():
     real = os_identity((REAL / "preflight-raw.txt").read_text())["os_release"]
     assert identity("ubuntu-24.04")["os_release"] == real
+
+
+APT_SHOW_MODULES = """Package: linux-modules-nvidia-580-server-open-6.8.0-48-generic
+Source: linux-restricted-modules
+Version: 6.8.0-48.48+1
+Architecture: amd64
+Depends: linux-image-6.8.0-48-generic | linux-image-unsigned-6.8.0-48-generic, \
+linux-signatures-nvidia-6.8.0-48-generic (= 6.8.0-48.48+1), nvidia-kernel-common-580-server (<= 580.95.05-1), \
+nvidia-kernel-common-580-server (>= 580.95.05)
+Description: Linux kernel nvidia modules for version 6.8.0-48
+
+"""
+
+
+def test_the_driver_a_precompiled_module_is_built_for_comes_from_its_dependencies():
+    from ansible_collections.a800.vllm.plugins.filter.nvidia_packages import precompiled_module_driver
+
+    name = "linux-modules-nvidia-580-server-open-6.8.0-48-generic"
+    assert precompiled_module_driver(APT_SHOW_MODULES, name) == "580.95.05"
+    assert precompiled_module_driver("", name) is None  # the archive has no module for this kernel
+    assert precompiled_module_driver(APT_SHOW_MODULES, "linux-modules-nvidia-580-server-open-6.8.0-50-generic") is None

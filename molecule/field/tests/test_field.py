@@ -2,8 +2,9 @@
 
 a800-mol-jammy: apt reads every source (the hand-added NVIDIA entries reused, none of ours beside them), NVIDIA's
 ubuntu2204 packages at the pin, and the article's hand-run server replaced once by the rendered launch.
-a800-mol-bare: the distribution's Docker engine at the version pinned for the release, held, running, and a
-`docker run --gpus all` container that lists the 8 GPUs."""
+a800-mol-bare: the distribution's Docker engine at the version pinned for the release, held, running.
+a800-mol-sb: Secure Boot on, Canonical's precompiled signed module for the running kernel, no DKMS, no headers.
+Every host: a `docker run --gpus all` container that lists the 8 GPUs."""
 
 import json
 
@@ -67,3 +68,21 @@ def test_the_bare_host_got_the_pinned_distribution_engine(host):
 def test_docker_run_gpus_all_lists_eight_gpus(host):
     out = host.check_output(f"docker run --rm --gpus all {PROBE} nvidia-smi -L")
     assert len([line for line in out.splitlines() if line.startswith("GPU ")]) == 8
+
+
+def test_secure_boot_host_runs_canonicals_signed_module_without_dkms(host):
+    only(host, "a800-mol-sb")
+    kernel = host.check_output("uname -r")
+    assert host.check_output("mokutil --sb-state") == "SecureBoot enabled"
+    assert host.package(f"linux-modules-nvidia-580-server-open-{kernel}").is_installed
+    for name in (
+        "nvidia-headless-no-dkms-580-server-open",
+        "nvidia-utils-580-server",
+        "nvidia-compute-utils-580-server",
+    ):
+        assert host.package(name).version == "580.95.05-0ubuntu0.24.04.1", name
+    for name in ("nvidia-dkms-580-open", f"linux-headers-{kernel}", "libnvidia-compute-580"):
+        assert not host.package(name).is_installed, name
+    assert not host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").exists  # NVIDIA's repository not needed
+    smi = host.check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader").splitlines()
+    assert smi == ["580.95.05"] * 8

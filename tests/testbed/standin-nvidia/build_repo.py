@@ -271,17 +271,25 @@ def distro_packages(codename: str, version_id: str) -> list[Pkg]:
     if codename == "bookworm":
         return pkgs
     b = BRANCH
+    # The archive carries one build of the kernel's module package, for one driver version (the first here), and it
+    # pins that version in its dependencies, as linux-restricted-modules does; the user-space packages come in both.
+    built = DRIVER_VERSIONS[0]
+    ko = f"/lib/modules/{KERNEL}/kernel/nvidia-{b}srv-open/nvidia.ko"
+    pkgs.append(
+        Pkg(
+            f"linux-modules-nvidia-{b}-server-open-{KERNEL}",
+            f"{KERNEL}.1",
+            f"Linux kernel nvidia modules for version {KERNEL}, signed by Canonical (stand-in)",
+            depends=[
+                f"nvidia-kernel-common-{b}-server (<= {built}-1)",
+                f"nvidia-kernel-common-{b}-server (>= {built})",
+            ],
+            files={ko: f"stand-in nvidia.ko {built} (precompiled, signed)\n"},
+        )
+    )
     for upstream in DRIVER_VERSIONS:
         v = f"{upstream}-0ubuntu0.{version_id}.1"
-        ko = f"/lib/modules/{KERNEL}/kernel/nvidia-{b}srv-open/nvidia.ko"
         pkgs += [
-            Pkg(
-                f"linux-modules-nvidia-{b}-server-open-{KERNEL}",
-                f"{upstream}+{KERNEL}.1",
-                f"Linux kernel nvidia modules for version {KERNEL}, signed by Canonical (stand-in)",
-                depends=[f"nvidia-kernel-common-{b}-server (>= {upstream})"],
-                files={ko: f"stand-in nvidia.ko {upstream} (precompiled, signed)\n"},
-            ),
             Pkg(
                 f"nvidia-kernel-common-{b}-server",
                 v,
