@@ -443,8 +443,11 @@ def test_cli_exit_codes_and_json(sim_inventory, tmp_path):
     broken = tmp_path / "broken.yml"
     broken.write_text("all: [1\n")
     assert cli("preflight", "-i", str(broken), "-q").returncode == 2
+    # an SSH host whose port refuses (loopback port 9): unreachable, as a server that is down is (the preflight's
+    # first task is raw, which the Docker connection reports as a failed command, not as a lost connection)
     absent = tmp_path / "absent.yml"
-    absent.write_text(yaml.safe_dump(servers("a800-api-absent")))
+    down = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_user": "nobody"}
+    absent.write_text(yaml.safe_dump({"all": {"children": {"a800_servers": {"hosts": {"a800-api-absent": down}}}}}))
     (tmp_path / "group_vars").symlink_to(SIM_GROUP_VARS, target_is_directory=True)
     unreachable = cli("preflight", "-i", str(absent))
     assert unreachable.returncode == 3 and "a800-api-absent: preflight unreachable" in unreachable.stdout
