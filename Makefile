@@ -85,6 +85,13 @@ bench-overhead: venv  ## the benchmark client's overhead at 16 streams against a
 bench-agreement: venv contract-venv  ## the benchmark client vs the real `vllm bench serve` (prints ratios)
 	python tests/contract/bench_agreement.py
 
+# BUNDLE_INVENTORY=inventories/sim collects the test bed's bundle (docs/offline.md).
+BUNDLE_INVENTORY ?= inventories/prod
+.PHONY: bundle
+bundle: venv  ## collect the offline bundle for air-gapped sites into BUNDLE_DIR (BUNDLE_INVENTORY=inventories/prod)
+	@test -n "$(BUNDLE_DIR)" || { echo "usage: make bundle BUNDLE_DIR=/path [BUNDLE_INVENTORY=inventories/sim]" >&2; exit 2; }
+	ansible-playbook playbooks/bundle.yml -i $(BUNDLE_INVENTORY) -e bundle_dir=$(abspath $(BUNDLE_DIR))
+
 molecule: venv images  ## every Molecule scenario; `serve` (two hosts, mostly waiting) runs beside the others
 	mkdir -p .ansible-home
 	molecule test -s serve > .ansible-home/molecule-serve.log 2>&1 & serve=$$!; rc=0; \

@@ -442,6 +442,35 @@ def _host_checks(ctx: dict) -> list[dict]:
     return checks
 
 
+def _exposure_check(ctx: dict) -> dict:
+    """The server is not open by default: published on loopback (a gateway or router on the host fronts it), or an
+    API key is required. vLLM's --api-key guards only the /v1 routes (docs/usage/security.md): /invocations,
+    /tokenize, /pause and others stay open, so a non-loopback publish wants an allowlisting gateway in front too."""
+    address = str(ctx.get("publish_address") or "")
+    loopback = address == "localhost" or address == "::1" or address.startswith("127.")
+    keyed = bool(ctx.get("api_key_set"))
+    if loopback:
+        status, detail = PASS, f"published on {address} only: reachable from this host (a local gateway or router)"
+    elif keyed:
+        status, detail = (
+            PASS,
+            f"published on {address} with an API key; --api-key guards only the /v1 routes (/invocations, "
+            "/tokenize, /pause stay open): keep an allowlisting gateway in front",
+        )
+    else:
+        status, detail = FAIL, f"published on {address} without an API key: anyone who reaches the host can use it"
+    return check(
+        "exposure",
+        status,
+        "serve_publish_address",
+        address,
+        "127.0.0.1, or an API key (serve_api_key)",
+        detail,
+        "set serve_api_key (vault it) to publish on every interface, or serve_publish_address: 127.0.0.1 when a "
+        "gateway or router on this host fronts the server",
+    )
+
+
 def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     """Every rule over one rendered launch. `launch` is model_profile.launch; `ctx` carries the rest:
     env, extra_args, served_model_name, compute_caps, gpu_count, gpu_memory_mib, weights_gb, memory_model,
@@ -556,6 +585,8 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
                 f"set serve_ready_timeout_s to at least {int(minimum)} (or leave it unset: sized from the weights)",
             )
         )
+    if "publish_address" in ctx:
+        checks.append(_exposure_check(ctx))
     if ctx.get("host_rules", True):
         checks += _host_checks(ctx)
     skip = set(ctx.get("skip") or [])

@@ -411,7 +411,9 @@ def run_role(tmp_path: Path, mode: str, extra_vars: dict) -> tuple[subprocess.Co
         "- hosts: localhost\n  gather_facts: false\n  roles:\n    - role: gpu_comm_check\n",
     )
     all_vars = {
-        "a800_bom": {"vllm_image": {"name": "vllm/vllm-openai:test"}},  # what the role a800 merges in a play
+        "a800_bom": {
+            "vllm_image": {"base": "vllm/vllm-openai:test", "name": "vllm/vllm-openai:test-sm80"}
+        },  # what the role a800 merges in a play; the check runs the base image
         "gpu_facts": {"count": 2},
         "gpu_comm_check_acs_report": False,
         "ansible_python_interpreter": sys.executable,

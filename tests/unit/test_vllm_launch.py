@@ -185,6 +185,27 @@ def test_served_name_and_ready_timeout_rules():
     assert "1620" in short["fix"] and short["fact"] == "serve_ready_timeout_s"
 
 
+@pytest.mark.parametrize(
+    ("address", "key", "status"),
+    [
+        ("127.0.0.1", False, "pass"),
+        ("localhost", False, "pass"),
+        ("0.0.0.0", False, "fail"),
+        ("10.1.2.3", False, "fail"),
+        ("0.0.0.0", True, "pass"),
+    ],
+)
+def test_the_server_is_not_open_by_default(address, key, status):
+    """Published beyond loopback only with an API key; the pass with a key still says what --api-key leaves open."""
+    rule = checks_of(publish_address=address, api_key_set=key)["exposure"]
+    assert rule["status"] == status, rule
+    if status == "fail":
+        assert "serve_api_key" in rule["fix"] and "serve_publish_address: 127.0.0.1" in rule["fix"]
+    if key:
+        assert "/v1 routes" in rule["detail"] and "/tokenize" in rule["detail"]
+    assert SERVE_DEFAULTS["serve_publish_address"] == "127.0.0.1"
+
+
 def test_host_rules_pending_without_facts_and_failing_in_strict_mode():
     loose = checks_of(gpu_count=None, gpu_memory_mib=None)
     assert loose["tensor_parallel_gpus"]["status"] == "pending"
