@@ -8,6 +8,7 @@ import stat
 
 import pytest
 from ansible_collections.a800.vllm.plugins.module_utils.dev_char import dev_char_report
+from conftest import ROOT
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of character devices needs root")
 
@@ -50,3 +51,24 @@ def test_a_link_to_something_else_counts_as_missing(tmp_path):
 def test_no_driver_no_nodes(tmp_path):
     (tmp_path / "dev").mkdir()
     assert dev_char_report(str(tmp_path / "dev"), str(tmp_path / "dev/char")) == {"nodes": [], "missing": [], "gpus": 0}
+
+
+def test_the_nodes_of_a_real_gpu_host(tmp_path):
+    """The device nodes recorded on a real H200 host (tests/fixtures/hosts/nvidia-h200-ubuntu-24.04/dev-nodes.txt),
+    made again under a temporary /dev: the module finds every one of them, and that none has its link."""
+    recorded = (ROOT / "tests/fixtures/hosts/nvidia-h200-ubuntu-24.04/dev-nodes.txt").read_text().splitlines()
+    dev = tmp_path / "dev"
+    expected = {}
+    for line in recorded:
+        path, *_, numbers = line.split()
+        if "character special file" not in line:
+            continue
+        major, minor = (int(n, 16) for n in numbers.split(":"))
+        node = dev / path.removeprefix("/dev/")
+        node.parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        expected[str(node)] = (major, minor)
+    assert len(expected) == 6
+    report = dev_char_report(str(dev), str(dev / "char"))
+    assert {n["path"]: (n["major"], n["minor"]) for n in report["nodes"]} == expected
+    assert sorted(report["missing"]) == sorted(expected) and report["gpus"] == 1
