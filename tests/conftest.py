@@ -126,7 +126,7 @@ def synthetic() -> Callable[[str], str]:
 
 @pytest.fixture(scope="session")
 def installs(tmp_path_factory) -> dict[str, Path]:
-    """The double's vllm package, unpatched and with the sm80 overlay."""
+    """The double's vllm package, unpatched and with the sm80 patch set (and its variants, harness.py)."""
     from harness import make_installs
 
     return make_installs(tmp_path_factory.mktemp("vllm-installs"))

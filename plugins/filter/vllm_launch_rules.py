@@ -17,12 +17,7 @@ from typing import Any
 
 from ansible_collections.a800.vllm.plugins.filter.vllm_launch import json_value
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check
-from ansible_collections.a800.vllm.plugins.module_utils.cuda_requirement import (
-    min_driver_for_cuda,
-    newest_cuda_for_driver,
-    parse_require_cuda,
-    version_tuple,
-)
+from ansible_collections.a800.vllm.plugins.module_utils.cuda_requirement import image_cuda_driver_check
 
 # vLLM's argparse choices (v0.26 ... v0.33, docs/vllm.md#argument-choices). `bf16` is in neither list.
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
@@ -285,72 +280,8 @@ def _gpu_holder_checks(others: list | None, own: str | None) -> list[dict]:
 
 
 def _image_cuda_driver_check(ctx: dict) -> dict:
-    """The running driver against the serving image's NVIDIA_REQUIRE_CUDA (docs/field.md#cuda-version-of-the-image):
-    the container toolkit refuses `docker run` below it, after the old server was stopped."""
-    name, fact = "image_cuda_driver", "gpu_facts.driver_version"
-    image = ctx.get("image_cuda")
-    driver = ctx.get("driver_version")
-    if image is None or not image.get("inspected"):
-        what = (image or {}).get("name") or (image or {}).get("ref") or "the serving image"
-        return check(name, PENDING, "image NVIDIA_REQUIRE_CUDA", None, "read", f"{what} is not on the host yet")
-    label = image.get("name") or image.get("ref")
-    require = image.get("require_cuda")
-    cuda = parse_require_cuda(require)
-    if require is None or cuda is None:
-        detail = (
-            f"{label} declares no NVIDIA_REQUIRE_CUDA"
-            if require is None
-            else f"the NVIDIA_REQUIRE_CUDA of {label} has no cuda>= clause ({require[:80]!r})"
-        )
-        return check(name, PASS, fact, driver, "no CUDA requirement", detail + ": the toolkit checks no CUDA release")
-    clause = f"cuda>={cuda[0]}.{cuda[1]}"
-    floor = min_driver_for_cuda(cuda)
-    expected = f">= {floor['exact']}" if floor["exact"] else f">= {floor['at_least'] or '?'} (CUDA {clause[6:]})"
-    need = floor["exact"] or floor["at_least"] or floor["enough"]
-    if not driver:
-        return check(
-            name,
-            PENDING,
-            fact,
-            None,
-            expected,
-            f"{label} requires {clause}; no driver answers yet (the host phase installs bom.nvidia_driver)",
-        )
-    have = version_tuple(driver)
-    if floor["at_least"] and have < version_tuple(floor["at_least"]):
-        newest = newest_cuda_for_driver(driver)
-        other = (
-            "; or serve the CUDA 12.9 image (the -cu129 tag of vllm/vllm-openai, >= 575.51.03) as bom.vllm_image.base"
-            if newest == (12, 9)
-            else f"; or serve an image built on CUDA {newest[0]}.{newest[1]}"
-            if newest
-            else ""
-        )
-        return check(
-            name,
-            FAIL,
-            fact,
-            driver,
-            expected,
-            f"{label} requires {clause} (NVIDIA_REQUIRE_CUDA): CUDA {clause[6:]} needs driver {floor['at_least']} or "
-            f"newer, the host runs {driver}; docker run would fail with `nvidia-container-cli: requirement error: "
-            f"unsatisfied condition: {clause}` after the running server was stopped",
-            f"set bom.nvidia_driver.version to {floor['at_least']} or newer (bom.nvidia_driver.branch "
-            f"{floor['at_least'].split('.')[0]} or later) and run the host phase (--tags host){other}",
-        )
-    if floor["exact"] or (floor["enough"] and have >= version_tuple(floor["enough"])):
-        return check(name, PASS, fact, driver, expected, f"{label} requires {clause}; driver {driver} >= {need}")
-    return check(
-        name,
-        WARN,
-        fact,
-        driver,
-        expected,
-        f"{label} requires {clause}, which the driver table does not list: driver {driver} is at least the floor of "
-        "the older CUDA releases, but may be too old for this one",
-        f"add CUDA {clause[6:]} with its minimum driver (CUDA Toolkit release notes) to CUDA_MIN_DRIVER in "
-        "plugins/module_utils/cuda_requirement.py",
-    )
+    """The running driver against the serving image's NVIDIA_REQUIRE_CUDA (module_utils/cuda_requirement.py)."""
+    return image_cuda_driver_check(ctx.get("image_cuda"), ctx.get("driver_version"))
 
 
 def _host_checks(ctx: dict) -> list[dict]:

@@ -1,17 +1,31 @@
-"""The double as an image: tagged like the prod base image, patched by copying overlay/ over the installed vllm
-package (as the image role patches the real image), and behaving differently before and after the patch."""
+"""The double as an image: tagged like the prod base image, patched by applying the sm80 patch set (unified diffs,
+tests/doubles/vllm/patches/sm80/) to the installed vllm package with the project's applier in a Dockerfile RUN (as
+the image role patches the real image), and behaving differently before and after the patch."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from harness import ARTICLE_ARGS, DOUBLE, STANDIN_SMI
+from conftest import ROOT
+from harness import ARTICLE_ARGS, BROKEN_PATCHES, SM80_PATCHES, STANDIN_SMI
 
 BASE = "vllm/vllm-openai:v0.26.0"
 PATCHED = "a800-testbed/vllm-openai:v0.26.0-glm52-sm80-test"
+APPLIER = ROOT / "plugins" / "module_utils" / "unified_diff.py"
+DOCKERFILE = f"""FROM {BASE}
+COPY unified_diff.py manifest.json /tmp/a800-vllm-patch/
+COPY patches/ /tmp/a800-vllm-patch/patches/
+RUN set -eu; \\
+    pkg="$(python3 -c 'import os, vllm; print(os.path.dirname(vllm.__file__))')"; \\
+    python3 /tmp/a800-vllm-patch/unified_diff.py apply "$pkg" /tmp/a800-vllm-patch/manifest.json; \\
+    rm -rf /tmp/a800-vllm-patch
+"""
 
 
 def docker(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -21,15 +35,29 @@ def docker(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
 pytestmark = pytest.mark.usefixtures("testbed_images")
 
 
+def build_context(ctx: Path, patches: list[Path]) -> Path:
+    """The build context: the applier, the patch files and their manifest (name, file, sha256, in order)."""
+    (ctx / "patches").mkdir(parents=True)
+    shutil.copy(APPLIER, ctx / "unified_diff.py")
+    entries = []
+    for patch in patches:
+        shutil.copy(patch, ctx / "patches" / patch.name)
+        digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+        entries.append({"name": patch.name, "file": f"patches/{patch.name}", "sha256": digest})
+    manifest = {"base_digest": docker("image", "inspect", "-f", "{{.Id}}", BASE).stdout.strip(), "patches": entries}
+    (ctx / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    (ctx / "Dockerfile").write_text(DOCKERFILE)
+    return ctx
+
+
+def build(ctx: Path, tag: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {"DOCKER_BUILDKIT": "0", "PATH": "/usr/bin:/usr/local/bin"}
+    return docker("build", "--force-rm", "-t", tag, str(ctx), env=env, check=check)
+
+
 @pytest.fixture(scope="module")
 def patched_image(tmp_path_factory, testbed_images) -> str:
-    site = docker(
-        "run", "--rm", "--entrypoint", "python3", BASE, "-c", "import os, vllm; print(os.path.dirname(vllm.__file__))"
-    ).stdout.strip()
-    ctx = tmp_path_factory.mktemp("patch")
-    subprocess.run(["cp", "-r", str(DOUBLE / "overlay" / "vllm"), str(ctx / "overlay")], check=True)
-    (ctx / "Dockerfile").write_text(f"FROM {BASE}\nCOPY overlay/ {site}/\n")
-    docker("build", "-q", "-t", PATCHED, str(ctx), env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/bin:/usr/local/bin"})
+    build(build_context(tmp_path_factory.mktemp("patch"), SM80_PATCHES), PATCHED)
     return PATCHED
 
 
@@ -84,3 +112,15 @@ def test_patched_image_serves(patched_image, weights, tmp_path):
         assert "Application startup complete." in logs
     finally:
         docker("rm", "-f", name, check=False)
+
+
+def test_a_patch_that_does_not_fit_fails_the_build_naming_the_hunk(tmp_path):
+    patches = [SM80_PATCHES[0], BROKEN_PATCHES / "0002-indexer-deepgemm-guard-from-main.patch"]
+    result = build(build_context(tmp_path / "ctx", patches), f"{PATCHED}-broken", check=False)
+    assert result.returncode != 0
+    out = result.stdout + result.stderr
+    assert (
+        "image patches: FAILED: 0002-indexer-deepgemm-guard-from-main.patch: "
+        "vllm/model_executor/layers/sparse_attn_indexer.py hunk 2 (@@ -"
+    ) in out
+    assert "nothing written to" in out

@@ -56,7 +56,10 @@ def test_unpatched_image_on_sm80_has_no_sparse_backend(launcher):
     run = launcher.start(image="unpatched", wait=False)
     assert launcher.finish(run) == 1
     assert "ValueError: No valid attention backend found for cuda" in run.log
-    assert "FLASHMLA_SPARSE: [compute capability not supported]" in run.log
+    assert (
+        "Reasons: {FLASH_ATTN_MLA_SPARSE: [compute capability not supported], "
+        "FLASHMLA_SPARSE: [compute capability not supported]}."
+    ) in run.log
     assert "RuntimeError: Engine core initialization failed." in run.log
 
 
@@ -89,10 +92,41 @@ def test_backend_selected_explicitly(launcher, how):
     assert "Using TRITON_MLA_SPARSE backend." in run.log
 
 
-def test_explicit_backend_missing_from_unpatched_image(launcher):
-    run = launcher.start(["--attention-backend", "TRITON_MLA_SPARSE"], image="unpatched", wait=False)
+@pytest.mark.parametrize("how", ["flag", "attention-config"])
+def test_explicit_backend_missing_from_unpatched_image(launcher, how):
+    """The name goes through the image's AttentionBackendEnum, which v0.26.0 lacks it in: the enum's own error,
+    raised while the engine config is made, before anything loads."""
+    if how == "flag":
+        run = launcher.start(["--attention-backend", "TRITON_MLA_SPARSE"], image="unpatched", wait=False)
+    else:
+        config = '{"sparse_mla_force_mqa": true, "backend": "TRITON_MLA_SPARSE"}'
+        run = launcher.start(["--attention-config", config], image="unpatched", wait=False)
     assert launcher.finish(run) == 1
-    assert "Selected backend AttentionBackendEnum.TRITON_MLA_SPARSE is not valid" in run.log
+    assert "ValueError: Unknown attention backend: 'TRITON_MLA_SPARSE'. Valid options are: FLASH_ATTN, " in run.log
+    assert ", FLASHMLA_SPARSE, " in run.log and "in create_engine_config" in run.log
+    assert "Loading safetensors" not in run.log
+
+
+def test_backend_names_are_read_like_vllm_reads_them(launcher):
+    """Any string parses (vLLM's flag is a str); the enum lookup upper-cases it and "auto" means automatic."""
+    auto = launcher.start(["--attention-backend", "auto"])
+    assert started(auto), auto.log
+    assert "Using TRITON_MLA_SPARSE attention backend out of potential backends" in auto.log
+    lower = launcher.start(["--attention-backend", "triton_mla_sparse"])
+    assert started(lower), lower.log
+    assert "Using TRITON_MLA_SPARSE backend." in lower.log
+    unknown = launcher.start(["--attention-backend", "no_such_backend"], wait=False)
+    assert launcher.finish(unknown) == 1
+    assert "ValueError: Unknown attention backend: 'NO_SUCH_BACKEND'. Valid options are: " in unknown.log
+
+
+def test_explicit_backend_the_gpu_cannot_run(launcher):
+    run = launcher.start(["--attention-backend", "FLASHMLA_SPARSE"], wait=False)
+    assert launcher.finish(run) == 1
+    assert (
+        "ValueError: Selected backend AttentionBackendEnum.FLASHMLA_SPARSE is not valid for this configuration. "
+        "Reason: ['compute capability not supported']"
+    ) in run.log
 
 
 def test_fp8_kv_cache_has_no_backend_on_sm80(launcher):
@@ -101,10 +135,14 @@ def test_fp8_kv_cache_has_no_backend_on_sm80(launcher):
     assert "TRITON_MLA_SPARSE: [kv_cache_dtype not supported]" in run.log
 
 
-def test_hopper_uses_its_own_sparse_backend_without_the_patch(launcher):
-    run = launcher.start(image="unpatched", gpus={"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"})
+@pytest.mark.parametrize("image", ["unpatched", "patched"])
+def test_hopper_uses_its_own_sparse_backends_and_deepgemm(launcher, image):
+    """v0.26.0's candidates for 9.x (vllm/platforms/cuda.py) put FlashAttention's sparse MLA first (the patch
+    appends TRITON_MLA_SPARSE after them); DeepGEMM runs the indexer, so no Triton fallback is announced."""
+    run = launcher.start(image=image, gpus={"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"})
     assert started(run), run.log
-    assert "Using FLASHMLA_SPARSE attention backend" in run.log
+    valid = "[FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE" + (", TRITON_MLA_SPARSE]" if image == "patched" else "]")
+    assert f"Using FLASH_ATTN_MLA_SPARSE attention backend out of potential backends: {valid}." in run.log
     assert "DeepGEMM not supported" not in run.log
 
 

@@ -103,6 +103,28 @@ SAMPLES: dict[str, list[str]] = {
     "xpu_sparse_metadata_fields": [
         "(Worker_TP0 pid=12) AttributeError: 'XPUMLASparseMetadata' object has no attribute 'num_decode_tokens'",
     ],
+    "sparse_backend_not_candidate": [
+        # the image role's sm80 self-check (roles/image/files/sm80_self_check.py), both ways it reads the platform
+        "sm80 self-check: FAILED: candidates: TRITON_MLA_SPARSE is not among the CUDA platform's MLA attention "
+        "candidates for compute capability 8.0: FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA, "
+        "FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE (end)",
+        "sm80 self-check: FAILED: candidates: _get_backend_priorities in /usr/local/lib/python3.12/dist-packages/vllm/"
+        "platforms/cuda.py never names TRITON_MLA_SPARSE: the CUDA platform would not offer it (end)",
+    ],
+    "deep_gemm_unsupported_arch": [
+        # the double without the DeepGEMM guard (DeepGEMM's DG_HOST_UNREACHABLE text)
+        "(Worker_TP0 pid=41) RuntimeError: Assertion error (csrc/apis/attention.hpp:186): Unsupported architecture",
+    ],
+    "triton_fp8e4nv_sm80": [
+        # the double without the SM89 guard (Triton's message for fp8e4nv below sm89)
+        "(Worker_TP0 pid=41) ValueError: type fp8e4nv not supported in this architecture. The supported fp8 dtypes "
+        "are ('fp8e4b15', 'fp8e5')",
+    ],
+    "sparse_indexer_fallback_missing": [
+        # real vLLM 0.32 (CPU build) under the sm80 self-check, recorded
+        "sm80 self-check: FAILED: indexer: ModuleNotFoundError: No module named "
+        "'vllm.v1.attention.ops.mqa_logits_triton' (end)",
+    ],
     "dataclass_field_order": [
         "TypeError: non-default argument 'num_decode_tokens' follows default argument",  # Python 3.12
         "TypeError: non-default argument 'num_decode_tokens' follows default argument 'block_table'",  # Python 3.13

@@ -7,6 +7,7 @@ rolls over the hosts one at a time and stops at the first failure.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -19,6 +20,12 @@ import yaml
 ROOT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 SIM_VARS = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/simulated_host.yml").read_text())
+PATCHES = ROOT / "tests/doubles/vllm/patches"
+# The inventory's image_patch_files, its {{ simulated_patch_dir }} resolved.
+SIM_PATCH_FILES = [
+    str(PATCHES / Path(p).relative_to("{{ simulated_patch_dir }}")) for p in SIM_VARS["image_patch_files"]
+]
+IMAGE = "vllm/vllm-openai:v0.26.0-glm52-sm80"
 H1, H2 = "a800-mol-serve-1", "a800-mol-serve-2"
 NAME = "glm52-nvfp4"
 STATE = f"/etc/a800-vllm/{NAME}"
@@ -58,6 +65,24 @@ def container(name: str) -> dict:
         ["docker", "exec", name, "docker", "inspect", NAME], capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout)[0]
+
+
+def image(name: str) -> dict:
+    out = subprocess.run(
+        ["docker", "exec", name, "docker", "image", "inspect", IMAGE], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)[0]
+
+
+def image_id(name: str) -> str:
+    return image(name)["Id"]
+
+
+def patch_set(replacement: str | Path, replaces: str = "0001-") -> str:
+    """-e image_patch_files: the simulated host's sm80 patch set with the file whose name starts with `replaces`
+    swapped for `replacement`."""
+    files = [str(replacement) if Path(p).name.startswith(replaces) else p for p in SIM_PATCH_FILES]
+    return json.dumps({"image_patch_files": files})
 
 
 def config_hash(name: str) -> str:
@@ -160,19 +185,78 @@ def test_the_api_key_never_leaks(host):
             ["-e", "serve_ready_timeout_s=600"], ["ready_timeout", "serve_ready_timeout_s"], id="ready-timeout"
         ),
         pytest.param(
-            ["-e", "image_overlay_dir=/nonexistent-overlay"], ["image_overlay_dir"], id="unpatched-image-no-overlay"
+            ["-e", patch_set("/nonexistent/0001-triton-mla-sparse-backend.patch")],
+            ["image_patch_files", "/nonexistent/0001-triton-mla-sparse-backend.patch does not exist"],
+            id="patch-file-missing",
+        ),
+        pytest.param(
+            ["-e", patch_set(PATCHES / "broken/0002-indexer-deepgemm-guard-from-main.patch", replaces="0002-")],
+            [
+                "image patches: FAILED: 0002-indexer-deepgemm-guard-from-main.patch: "
+                "vllm/model_executor/layers/sparse_attn_indexer.py hunk ",
+                "its context does not match",
+                "; base image sha256:",
+            ],
+            id="hunk-does-not-apply",
+        ),
+        pytest.param(
+            [
+                "-e",
+                patch_set(PATCHES / "broken/0004-xpu-sparse-metadata-fields-without-defaults.patch", replaces="0004-"),
+            ],
+            ["sm80 self-check: FAILED: ", "non-default argument", "DIAGNOSIS dataclass_field_order"],
+            id="dataclass-field-order",
         ),
     ],
 )
 def test_failure_mode_stops_before_any_restart(host, args, says):
     only_once(host)
-    before, hash_before = started(H1), config_hash(H1)
+    before, hash_before, image_before = started(H1), config_hash(H1), image_id(H1)
     run = playbook("--limit", H1, *args)
     assert run.returncode != 0
     for text in says:
         assert text in said(run), run.stdout[-4000:]
     assert started(H1) == before and config_hash(H1) == hash_before  # the running server was left alone
+    assert image_id(H1) == image_before  # and nothing was tagged in the image's name
     assert http(H1, "/health")[0] == 200
+
+
+def test_the_image_is_built_from_the_patch_set_and_labelled(host):
+    """The label names every patch file in order with its sha256, the base's digest and the patch commit; the
+    patched package on the host is what the diffs make of the base (TRITON_MLA_SPARSE is its backend)."""
+    only_once(host)
+    labels = image(H1)["Config"]["Labels"]
+    files = [Path(p) for p in SIM_PATCH_FILES]
+    recorded = json.loads(labels["io.a800-vllm.patch-files"])
+    assert [p["name"] for p in recorded] == [f.name for f in files]
+    assert [p["sha256"] for p in recorded] == [hashlib.sha256(f.read_bytes()).hexdigest() for f in files]
+    assert labels["io.a800-vllm.patch-commit"] == SIM_VARS["image_patch_commit"]
+    assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
+    code = (
+        "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; print(E['TRITON_MLA_SPARSE'].value)"
+    )
+    check = subprocess.run(
+        [
+            "docker",
+            "exec",
+            H1,
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "python3",
+            IMAGE,
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert check.stdout.strip() == "vllm.v1.attention.backends.mla.triton_mla_sparse.TritonMLASparseBackend", (
+        check.stderr
+    )
 
 
 def test_runtime_failure_is_diagnosed_and_the_last_good_launch_restored(host):

@@ -1,6 +1,7 @@
-"""Run the vLLM test double as a local process (no container): its package unpatched or with the sm80 overlay
-copied over it, the stand-in nvidia-smi on PATH presenting the GPUs asked for, and a small checkpoint.
-Used by the pytest fixtures (tests/double) and by bench_speed.py."""
+"""Run the vLLM test double as a local process (no container): its package unpatched, or with the sm80 patch set
+(patches/sm80/*.patch, unified diffs) applied by the project's own applier (plugins/module_utils/unified_diff.py),
+as the image role patches the real image; the stand-in nvidia-smi on PATH presenting the GPUs asked for, and a
+small checkpoint. Used by the pytest fixtures (tests/double_tests, tests/unit) and by bench_speed.py."""
 
 from __future__ import annotations
 
@@ -34,13 +35,77 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PATCHES = DOUBLE / "patches"
+SM80_PATCHES = sorted((PATCHES / "sm80").glob("*.patch"))  # 0001 ... 0005, applied in this order
+BROKEN_PATCHES = PATCHES / "broken"
+NO_DEFAULTS = "0004-xpu-sparse-metadata-fields-without-defaults.patch"
+
+
+def _sm80(*, without: str | None = None, replace: tuple[str, Path] | None = None) -> list[Path]:
+    """The sm80 patch set, one patch (a name prefix such as "0004") left out or replaced."""
+    chosen = []
+    for patch in SM80_PATCHES:
+        if replace and patch.name.startswith(replace[0]):
+            chosen.append(replace[1])
+        elif not (without and patch.name.startswith(without)):
+            chosen.append(patch)
+    return chosen
+
+
+# The installs the tests start: Python paths whose vllm package is the double's, unpatched or patched with
+# (a variant of) the sm80 patch set.
+INSTALLS: dict[str, list[Path]] = {
+    "unpatched": [],
+    "patched": _sm80(),
+    "no-deepgemm-guard": _sm80(without="0002"),
+    "no-sm89-guard": _sm80(without="0003"),
+    "no-metadata-fields": _sm80(without="0004"),
+    "no-warmup": _sm80(without="0005"),
+    "dataclass-mistake": _sm80(replace=("0004", BROKEN_PATCHES / NO_DEFAULTS)),
+}
+
+
+class PatchSetError(Exception):
+    """A patch of the set does not apply (every failing hunk, as the image build reports it)."""
+
+
+def _applier():
+    try:
+        from ansible_collections.a800.vllm.plugins.module_utils import unified_diff
+    except ImportError:  # outside pytest (tests/conftest.py puts collections/ on the path)
+        sys.path.insert(0, str(ROOT / "collections"))
+        from ansible_collections.a800.vllm.plugins.module_utils import unified_diff
+    return unified_diff
+
+
+def apply_patches(package_dir: Path, patches: list[Path]) -> list[str]:
+    """Apply unified diffs to a vllm package directory with the project's applier (all or nothing); returns its
+    log, one line per hunk. PatchSetError names every hunk that does not fit."""
+    state, failures, log = _applier().apply_all(package_dir, [(p.name, p.read_text(encoding="utf-8")) for p in patches])
+    if failures:
+        raise PatchSetError("\n".join(failure.line("test double (tests/doubles/vllm/src)") for failure in failures))
+    for rel, lines in state.items():
+        target = package_dir / rel
+        if lines is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("".join(lines), encoding="utf-8")
+    return log
+
+
+def make_install(base: Path, name: str, patches: list[Path]) -> Path:
+    """A Python path holding the double's vllm package with `patches` applied in order."""
+    path = base / name
+    shutil.copytree(DOUBLE / "src", path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    apply_patches(path / "vllm", patches)
+    return path
+
+
 def make_installs(base: Path) -> dict[str, Path]:
-    """Two Python paths holding the double's vllm package: as built, and with overlay/ copied over it."""
-    unpatched, patched = base / "unpatched", base / "patched"
-    shutil.copytree(DOUBLE / "src", unpatched, dirs_exist_ok=True)
-    shutil.copytree(DOUBLE / "src", patched, dirs_exist_ok=True)
-    shutil.copytree(DOUBLE / "overlay", patched, dirs_exist_ok=True)
-    return {"unpatched": unpatched, "patched": patched}
+    """Every install of INSTALLS: "unpatched" (the base image's package), "patched" (the sm80 patch set) and the
+    variants with one patch missing or broken."""
+    return {name: make_install(base, name, patches) for name, patches in INSTALLS.items()}
 
 
 def make_weights(out: Path, shards: int = 4, shard_mib: int = 8) -> Path:

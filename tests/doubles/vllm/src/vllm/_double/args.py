@@ -26,21 +26,6 @@ LOAD_FORMATS = [
     "fastsafetensors",
 ]
 SAFETENSORS_LOAD_STRATEGIES = ["lazy", "eager", "prefetch", "torchao"]
-ATTENTION_BACKENDS = [
-    "FLASH_ATTN",
-    "TRITON_ATTN",
-    "FLASHINFER",
-    "FLASHMLA",
-    "FLASHMLA_SPARSE",
-    "FLASHINFER_MLA",
-    "FLASHINFER_MLA_SPARSE",
-    "CUTLASS_MLA",
-    "TRITON_MLA",
-    "TRITON_MLA_SPARSE",
-    "FLEX_ATTENTION",
-    "TREE_ATTN",
-    "ROCM_AITER_MLA",
-]
 REASONING_PARSERS = [
     "deepseek_r1",
     "deepseek_v3",
@@ -121,7 +106,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default=None)
+    # vLLM parses the name as a string; AttentionConfig resolves it through AttentionBackendEnum (startup.py)
+    p.add_argument("--attention-backend", type=str, default=None)
     p.add_argument("--attention-config", "-ac", type=_attention_config, default=None)
     p.add_argument("--speculative-config", "-sc", type=_json, default=None)
     p.add_argument("--compilation-config", "-O", type=_json, default=None)

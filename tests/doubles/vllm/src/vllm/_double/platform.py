@@ -1,21 +1,27 @@
-"""The GPUs the double is given, and the attention backend vLLM 0.26.0 would pick on them.
+"""The GPUs the double is given, and the attention backend vLLM 0.26.0 picks on them, DERIVED from the double's
+stand-ins of vLLM's modules (so a patched package behaves as patched):
+
+* candidates: the sparse backends among `vllm.platforms.cuda._get_backend_priorities(True, capability)`, in
+  order (v0.26.0 on 8.x/9.x: FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE; the sm80 patch set appends TRITON_MLA_SPARSE);
+* each candidate's reasons: its class (`AttentionBackendEnum.X.get_class()`) and `validate_configuration`, an
+  import failure being the reason `ImportError: ...`, as in `CudaPlatformBase.get_valid_backends`;
+* an explicit backend (`--attention-backend X` or `"backend"` in `--attention-config`) is `AttentionBackendEnum[X]`,
+  whose unknown names fail with the enum's own message (`Unknown attention backend: 'X'. Valid options are: ...`).
 
 GPUs come from the `nvidia-smi` that the (stand-in) NVIDIA container hook puts into the container, as the real
-toolkit does; no GPU visible means vLLM cannot infer a device. Backend rules (docs/vllm.md): sparse MLA models
-need FLASHMLA_SPARSE/FLASHINFER_MLA_SPARSE (sm90+) or TRITON_MLA_SPARSE (sm80, patched images only);
-VLLM_ATTENTION_BACKEND is ignored by 0.26.0; `--attention-backend` or `"backend"` in `--attention-config`
-selects a backend explicitly.
+toolkit does; no GPU visible means vLLM cannot infer a device. VLLM_ATTENTION_BACKEND is ignored by 0.26.0.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import shutil
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
-SPARSE_BACKENDS_SM90 = ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE")
-TRITON_SPARSE_MODULE = "vllm.v1.attention.backends.mla.triton_mla_sparse"
+HEAD_SIZE = 576  # MLA: kv_lora_rank 512 + qk_rope_head_dim 64
+BLOCK_SIZE = 64
 
 
 @dataclass
@@ -30,6 +36,7 @@ class PlatformError(Exception):
     """A startup failure, with the exception line vLLM prints."""
 
 
+@functools.cache
 def visible_gpus() -> list[Gpu]:
     smi = shutil.which("nvidia-smi")
     if not smi:
@@ -55,47 +62,69 @@ def visible_gpus() -> list[Gpu]:
     return gpus
 
 
-def triton_sparse_available() -> bool:
-    return importlib.util.find_spec(TRITON_SPARSE_MODULE) is not None
+def resolve_backend(name: str | None) -> Any:
+    """`--attention-backend NAME` as vLLM's AttentionConfig validator reads it: None for automatic selection,
+    else the enum member; PlatformError with the enum's ValueError for a name the package does not have."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    if name is None or name.lower() == "auto":
+        return None
+    try:
+        return AttentionBackendEnum[name.upper()]
+    except ValueError as exc:
+        raise PlatformError(f"ValueError: {exc}") from exc
 
 
-def _reasons(backend: str, capability: tuple[int, int], kv_cache_dtype: str) -> list[str]:
-    if backend in SPARSE_BACKENDS_SM90:
-        return [] if capability >= (9, 0) else ["compute capability not supported"]
-    if backend == "TRITON_MLA_SPARSE":
-        if not triton_sparse_available():
-            return ["ImportError: No module named 'vllm.v1.attention.backends.mla.triton_mla_sparse'"]
-        reasons = []
-        if capability < (8, 0):
-            reasons.append("compute capability not supported")
-        if kv_cache_dtype not in ("auto", "float16", "bfloat16"):
-            reasons.append("kv_cache_dtype not supported")
-        return reasons
-    return ["sparse attention not supported"]
+def sparse_candidates(capability: tuple[int, int]) -> list[Any]:
+    """The sparse MLA backends the CUDA platform offers on this capability, in its order."""
+    from vllm.platforms.cuda import _get_backend_priorities
+    from vllm.platforms.interface import DeviceCapability
+
+    return [b for b in _get_backend_priorities(True, DeviceCapability(*capability)) if "SPARSE" in b.name]
 
 
-def select_backend(capability: tuple[int, int], kv_cache_dtype: str, explicit: str | None) -> tuple[str, str]:
-    """(backend, log line) for a sparse MLA model, or PlatformError with vLLM's message."""
-    config = (
-        f"AttentionSelectorConfig(head_size=576, dtype=torch.bfloat16, kv_cache_dtype={kv_cache_dtype}, "
-        "block_size=64, use_mla=True, has_sink=False, use_sparse=True)"
+def _reasons(backend: Any, capability: tuple[int, int], kv_cache_dtype: str) -> list[str]:
+    """vLLM's reasons why `backend` cannot serve this sparse MLA model; [] when it can. Exceptions other than an
+    import failure propagate, as they do from vLLM's selection (a module that fails while it is imported)."""
+    from vllm.platforms.interface import DeviceCapability
+
+    try:
+        backend_class = backend.get_class()
+    except (ImportError, OSError) as exc:
+        return [f"{type(exc).__name__}: {exc}"]
+    return backend_class.validate_configuration(
+        head_size=HEAD_SIZE,
+        dtype="bfloat16",
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=BLOCK_SIZE,
+        use_mla=True,
+        has_sink=False,
+        use_sparse=True,
+        device_capability=DeviceCapability(*capability),
     )
-    if explicit:
+
+
+def select_backend(capability: tuple[int, int], kv_cache_dtype: str, explicit: Any = None) -> tuple[str, str]:
+    """(backend name, log line) for a sparse MLA model, or PlatformError with vLLM's message. `explicit` is an
+    AttentionBackendEnum member (resolve_backend) or None."""
+    config = (
+        f"AttentionSelectorConfig(head_size={HEAD_SIZE}, dtype=torch.bfloat16, kv_cache_dtype={kv_cache_dtype}, "
+        f"block_size={BLOCK_SIZE}, use_mla=True, has_sink=False, use_sparse=True)"
+    )
+    if explicit is not None:
         reasons = _reasons(explicit, capability, kv_cache_dtype)
         if reasons:
-            reason = f"[{reasons[0]}]" if reasons[0].startswith("ImportError") else str(reasons)
+            reason = f"[{reasons[0]}]" if reasons[0].startswith(("ImportError", "OSError")) else str(reasons)
             raise PlatformError(
-                f"ValueError: Selected backend AttentionBackendEnum.{explicit} is not valid for "
-                f"this configuration. Reason: {reason}"
+                f"ValueError: Selected backend {explicit} is not valid for this configuration. Reason: {reason}"
             )
-        return explicit, f"Using {explicit} backend."
-    candidates = [*SPARSE_BACKENDS_SM90]
-    if triton_sparse_available():
-        candidates.append("TRITON_MLA_SPARSE")
-    valid = [b for b in candidates if not _reasons(b, capability, kv_cache_dtype)]
+        return explicit.name, f"Using {explicit.name} backend."
+    candidates = sparse_candidates(capability)
+    reasons = {b: _reasons(b, capability, kv_cache_dtype) for b in candidates}
+    valid = [b.name for b in candidates if not reasons[b]]
     if not valid:
-        reasons = ", ".join(f"{b}: [{', '.join(_reasons(b, capability, kv_cache_dtype))}]" for b in candidates)
+        text = ", ".join(f"{b.name}: [{', '.join(r)}]" for b, r in reasons.items())
         raise PlatformError(
-            f"ValueError: No valid attention backend found for cuda with {config}. Reasons: {{{reasons}}}."
+            f"ValueError: No valid attention backend found for cuda with {config}. Reasons: {{{text}}}."
         )
     return valid[0], f"Using {valid[0]} attention backend out of potential backends: [{', '.join(valid)}]."

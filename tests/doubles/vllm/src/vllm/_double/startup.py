@@ -16,11 +16,12 @@ import json
 import mmap
 import os
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import log
-from .platform import Gpu, PlatformError, select_backend, visible_gpus
+from .platform import Gpu, PlatformError, resolve_backend, select_backend, visible_gpus
 
 GIB = 1024**3
 HOT_RATE = 433e9 / 360  # bytes/s from the page cache (article: ~6 min)
@@ -43,6 +44,42 @@ class StartupFailure(Exception):
     ) -> None:
         super().__init__(exc)
         self.proc, self.exc, self.frames, self.exit_code = proc, exc, frames or [], exit_code
+
+
+SITE = "/usr/local/lib/python3.12/dist-packages"  # where the real image installs vllm
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+WORKER, RUNNER = f"{SITE}/vllm/v1/worker/gpu_worker.py", f"{SITE}/vllm/v1/worker/gpu_model_runner.py"
+# The engine's frames above the stand-in modules' own, for each startup step.
+PROFILE_FRAMES = [
+    (WORKER, 298, "determine_available_memory", "self.model_runner.profile_run()"),
+    (RUNNER, 4410, "profile_run", "hidden_states, last_hidden_states = self._dummy_run("),
+]
+CAPTURE_FRAMES = [
+    (WORKER, 402, "compile_or_warm_up_model", "cuda_graph_memory_bytes = self.model_runner.capture_model()"),
+    (RUNNER, 4952, "capture_model", "self._capture_cudagraphs("),
+    (RUNNER, 5071, "_capture_cudagraphs", "self._dummy_run("),
+]
+MODEL_INIT_FRAMES = [
+    (WORKER, 274, "load_model", "self.model_runner.load_model(eep_scale_up=eep_scale_up)"),
+    (f"{SITE}/vllm/model_executor/model_loader/base_loader.py", 49, "load_model", "model = initialize_model("),
+]
+BACKEND_NAME_FRAMES = [
+    (f"{SITE}/vllm/engine/arg_utils.py", 1712, "create_engine_config", "attention_config.backend = ("),
+    (f"{SITE}/vllm/config/attention.py", 96, "validate_backend_before", "return AttentionBackendEnum[value.upper()]"),
+    (f"{SITE}/vllm/v1/attention/backends/registry.py", 35, "__getitem__", "raise ValueError("),
+]
+
+
+def failure_from(exc: BaseException, proc: str, head: list[tuple[str, int, str, str]]) -> StartupFailure:
+    """A Python exception of the double's stand-in vLLM modules as the worker's traceback: `head` (the engine's
+    frames above them), then the frames of the vllm package (as installed in the real image), then its last line."""
+    frames = list(head)
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = Path(frame.filename).resolve()
+        if PACKAGE_DIR not in path.parents or path.is_relative_to(PACKAGE_DIR / "_double"):
+            continue
+        frames.append((f"{SITE}/vllm/{path.relative_to(PACKAGE_DIR)}", frame.lineno or 0, frame.name, frame.line or ""))
+    return StartupFailure(proc, "".join(traceback.format_exception_only(type(exc), exc)).strip(), frames)
 
 
 def resident_fraction(path: str) -> float:
@@ -161,6 +198,13 @@ def start(args, env: dict[str, str]) -> Engine:
     sparse = "index_topk" in config
     attention_config = args.attention_config or {}
     force_mqa = bool(attention_config.get("sparse_mla_force_mqa", False))
+    try:  # EngineArgs.create_engine_config: AttentionConfig.validate_backend_before
+        explicit = resolve_backend(args.attention_backend or attention_config.get("backend"))
+    except PlatformError as exc:
+        raise StartupFailure(None, str(exc), BACKEND_NAME_FRAMES) from exc
+    max_len = args.max_model_len or int(config.get("max_position_embeddings", 202752))
+    seqs = args.max_num_seqs or 1024
+    spec_tokens = int((args.speculative_config or {}).get("num_speculative_tokens", 0) or 0)
     log.info(
         "core.py:95",
         f"Initializing a V1 LLM engine (v0.26.0) with config: model='{args.model}', "
@@ -171,15 +215,30 @@ def start(args, env: dict[str, str]) -> Engine:
     )
     gpu = gpus[0]
     worker = "Worker_TP0"
+    runner = None
     if sparse:
-        from ..model_executor.layers import sparse_attn_indexer
+        try:  # the model's layers are built: the indexer first, then the attention layer selects its backend
+            from ..model_executor.layers import sparse_attn_indexer
+            from .model_runner import ModelRunner
 
-        indexer_line = sparse_attn_indexer.indexer_log_line() if gpu.capability < (9, 0) else None
+            runner = ModelRunner(
+                config,
+                tensor_parallel_size=tp,
+                max_model_len=max_len,
+                max_num_seqs=seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens or 8192,
+                num_speculative_tokens=spec_tokens,
+            )
+            indexer_line = sparse_attn_indexer.indexer_log_line()
+        except (StartupFailure, PlatformError):
+            raise
+        except Exception as exc:  # any error of the (patched) package fails the start, as in vLLM
+            raise failure_from(exc, worker, MODEL_INIT_FRAMES) from exc
         if indexer_line:
             log.info("sparse_attn_indexer.py:790", indexer_line, worker)
-        explicit = args.attention_backend or attention_config.get("backend")
         try:
             backend, line = select_backend(gpu.capability, args.kv_cache_dtype, explicit)
+            runner.init_attention(resolve_backend(backend))
         except PlatformError as exc:
             raise StartupFailure(
                 worker,
@@ -193,6 +252,8 @@ def start(args, env: dict[str, str]) -> Engine:
                     )
                 ],
             ) from exc
+        except Exception as exc:  # e.g. a backend module that fails while it is imported
+            raise failure_from(exc, worker, MODEL_INIT_FRAMES) from exc
         log.info("cuda.py:487", line, worker)
     else:
         backend = "FLASH_ATTN"
@@ -257,6 +318,12 @@ def start(args, env: dict[str, str]) -> Engine:
         "gpu_model_runner.py:3025", f"Model loading took {per_gpu_gib:.4f} GiB memory and {load_s:.6f} seconds", worker
     )
 
+    if runner is not None:  # the profiling run: one dummy forward of max_num_batched_tokens tokens
+        try:
+            runner.profile_run()
+        except Exception as exc:
+            raise failure_from(exc, worker, PROFILE_FRAMES) from exc
+
     kv_gib = budget_gib - per_gpu_gib - activation_gib - graphs_gib
     if kv_gib <= 0:
         raise StartupFailure(
@@ -265,7 +332,6 @@ def start(args, env: dict[str, str]) -> Engine:
             "`gpu_memory_utilization` when initializing the engine.",
         )
     kv_tokens = int(kv_gib * GIB / KV_BYTES_PER_TOKEN)
-    max_len = args.max_model_len or int(config.get("max_position_embeddings", 202752))
     if max_len > kv_tokens:
         raise StartupFailure(
             "EngineCore_DP0",
@@ -285,8 +351,12 @@ def start(args, env: dict[str, str]) -> Engine:
         f"Maximum concurrency for {max_len:,} tokens per request: {kv_tokens / max_len:.2f}x",
         "EngineCore_DP0",
     )
-    seqs = args.max_num_seqs or 1024
     if not args.enforce_eager:
+        if runner is not None:
+            try:
+                runner.capture_cudagraphs()
+            except Exception as exc:
+                raise failure_from(exc, worker, CAPTURE_FRAMES) from exc
         graph_s = 64 + 0.088 * min(seqs, 512)  # one A800 report: 256 -> 32 seqs cut capture from 86 s to 66 s
         clock.spend(graph_s)
         log.info(
