@@ -74,6 +74,36 @@ def verify_gpu_checks(gpus: list[dict], tensor_parallel: Any, progress: dict, ba
     return checks
 
 
+def verify_kv_capacity_check(progress: dict, max_num_seqs: Any) -> dict:
+    """How many full-length requests the KV cache holds at once (the engine's `Maximum concurrency for N tokens per
+    request: Xx`), against max_num_seqs: the scheduler admits up to max_num_seqs requests, and when they are long it
+    runs out of KV blocks and preempts (recomputes) some. A warning with the value to use, not a failure: short
+    requests fit many more."""
+    name, fact = "kv_capacity", "startup.kv_concurrency"
+    concurrency = (progress or {}).get("kv_concurrency")
+    if not concurrency:
+        return check(name, PENDING, fact, None, "logged", "the engine's log has no 'Maximum concurrency' line")
+    holds, length = float(concurrency["requests"]), int(concurrency["tokens_per_request"])
+    full = int(holds)
+    tokens = (progress or {}).get("kv_cache_tokens")
+    cache = f"the KV cache ({tokens:,} tokens)" if tokens else "the KV cache"
+    seqs = int(max_num_seqs) if str(max_num_seqs or "").isdigit() else None
+    detail = f"{cache} holds {holds:.2f} requests of {length:,} tokens (max_model_len) at once"
+    if seqs is None or seqs <= full:
+        return check(name, PASS, fact, holds, f">= max_num_seqs ({seqs})", detail + f"; max_num_seqs is {seqs}")
+    return check(
+        name,
+        WARN,
+        fact,
+        holds,
+        f">= max_num_seqs ({seqs})",
+        detail + f", fewer than max_num_seqs {seqs}: {seqs} long requests at once run out of KV blocks and the "
+        "scheduler preempts (recomputes) some",
+        f"set model_profile.launch.max_num_seqs to {max(full, 1)} for full-length requests, or keep {seqs} when most "
+        "requests are short; more KV: a higher gpu_memory_utilization or a lower max_model_len",
+    )
+
+
 def verify_summary(checks: list[dict]) -> dict:
     by_status = {s: n for s, n in counts(checks).items() if s != PENDING}
     return {**by_status, "total": len(checks), "ok": by_status[FAIL] == 0}
@@ -108,5 +138,6 @@ class FilterModule:
             "verify_marker_checks": verify_marker_checks,
             "verify_gpu_checks": verify_gpu_checks,
             "verify_summary": verify_summary,
+            "verify_kv_capacity_check": verify_kv_capacity_check,
             "nvidia_smi_rows": nvidia_smi_rows,
         }

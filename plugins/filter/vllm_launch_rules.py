@@ -30,6 +30,60 @@ JSON_OPTIONS = ("attention_config", "speculative_config", "compilation_config", 
 GB = 1e9
 
 
+# Bounds vLLM's configuration classes put on launch values AFTER argparse accepted them (pydantic Field(gt/ge/le)):
+# vllm/config/cache.py, scheduler.py, parallel.py, speculative.py, read in the 0.32 source. A value outside fails
+# `vllm serve` at start (a ValidationError, exit 1), after the running server was stopped. Key (a dotted path for a
+# JSON option) -> (lower bound, lower inclusive, upper bound or None, upper inclusive, vLLM's class).
+VALUE_RANGES: dict[str, tuple[float, bool, float | None, bool, str]] = {
+    "gpu_memory_utilization": (0, False, 1, True, "CacheConfig"),
+    "block_size": (0, False, None, False, "CacheConfig"),
+    "max_num_seqs": (1, True, None, False, "SchedulerConfig"),
+    "max_num_batched_tokens": (1, True, None, False, "SchedulerConfig"),
+    "tensor_parallel_size": (1, True, None, False, "ParallelConfig"),
+    "pipeline_parallel_size": (1, True, None, False, "ParallelConfig"),
+    "speculative_config.num_speculative_tokens": (0, False, None, False, "SpeculativeConfig"),
+}
+
+
+def _range_text(low: float, low_in: bool, high: float | None, high_in: bool) -> str:
+    left = f"{'[' if low_in else '('}{low:g}"
+    return f"{left}, {high:g}{']' if high_in else ')'}" if high is not None else f"{'>=' if low_in else '>'} {low:g}"
+
+
+def _value_range_check(launch: dict) -> dict:
+    """Rule value_ranges: every launch value vLLM's configuration bounds, inside its bounds."""
+    bad, seen = [], []
+    for key, (low, low_in, high, high_in, owner) in VALUE_RANGES.items():
+        value: Any = launch
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None or isinstance(value, bool):
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue  # not a number: argparse's or the JSON rules' to report
+        seen.append(key)
+        inside = (number > low or (low_in and number == low)) and (
+            high is None or number < high or (high_in and number == high)
+        )
+        if not inside:
+            bad.append(f"model_profile.launch.{key} = {value!r} is outside {_range_text(low, low_in, high, high_in)} "
+                       f"({owner})")  # fmt: skip
+    return check(
+        "value_ranges",
+        FAIL if bad else PASS,
+        "model_profile.launch",
+        "; ".join(bad) or f"{len(seen)} bounded values",
+        "inside vLLM's configuration bounds",
+        "; ".join(bad) + ": vllm serve parses the flag, then fails at start with a ValidationError, after the running "
+        "server was stopped"
+        if bad
+        else f"{len(seen)} values inside vLLM's bounds",
+        "set each named value inside its range (gpu_memory_utilization is a fraction of the GPU memory, at most 1)",
+    )
+
+
 def _cc(text: Any) -> tuple[int, int]:
     major, _, minor = str(text).partition(".")
     return int(major), int(minor or 0)
@@ -354,23 +408,24 @@ def _host_checks(ctx: dict) -> list[dict]:
                 "fix the checkpoint (see the weights phase errors) and run site.yml --tags weights",
             )
         )
-    argcheck = ctx.get("argcheck")
-    if argcheck is not None:
-        ok = argcheck.get("rc") == 0
-        checks.append(
-            check(
-                "vllm_argument_parser",
-                PASS if ok else FAIL,
-                "the image's vllm argument parser",
-                "accepted" if ok else (argcheck.get("error") or "rejected"),
-                "accepted",
-                "the image's own `vllm serve` parser accepts the command line"
-                if ok
-                else f"the image's vllm parser rejects the command line: {argcheck.get('error')}",
-                "fix the flag it names in model_profile.launch or serve_extra_args",
-            )
-        )
     return checks
+
+
+def _argcheck_check(argcheck: dict) -> dict:
+    """The image's own `vllm serve` parser over the command line (files/vllm_argcheck.py in the image): run by the
+    serve phase before a restart, and by the preflight when the image is already on the host."""
+    ok = argcheck.get("rc") == 0
+    return check(
+        "vllm_argument_parser",
+        PASS if ok else FAIL,
+        "the image's vllm argument parser",
+        "accepted" if ok else (argcheck.get("error") or "rejected"),
+        "accepted",
+        "the image's own `vllm serve` parser accepts the command line"
+        if ok
+        else f"the image's vllm parser rejects the command line: {argcheck.get('error')}",
+        "fix the flag it names in model_profile.launch or serve_extra_args",
+    )
 
 
 def _exposure_check(ctx: dict) -> dict:
@@ -457,6 +512,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
         )
     if tp_ok:
         checks.append(_memory_check(launch, ctx))
+    checks.append(_value_range_check(launch))
     checks.append(_choice_check("dtype", "dtype", launch.get("dtype"), DTYPES))
     checks.append(_choice_check("kv_cache_dtype", "kv_cache_dtype", launch.get("kv_cache_dtype"), KV_CACHE_DTYPES))
     checks += _json_checks(launch, extra)
@@ -520,6 +576,8 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
         checks.append(_exposure_check(ctx))
     if ctx.get("host_rules", True):
         checks += _host_checks(ctx)
+    if ctx.get("argcheck") is not None:
+        checks.append(_argcheck_check(ctx["argcheck"]))
     skip = set(ctx.get("skip") or [])
     for rule in checks:
         if rule["status"] == PENDING and ctx.get("strict"):

@@ -27,6 +27,8 @@ SHARDS_RE = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)% Complet
 BAR_ELAPSED_RE = re.compile(r"\|\s*\d+/\d+ \[(?:(\d+):)?(\d+):(\d+)<")
 MODEL_LOADED_RE = re.compile(r"Model loading took ([\d.]+) GiB memory and ([\d.]+) seconds")
 KV_CACHE_RE = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
+# vLLM 0.32 logs it on the KV cache size's line, older releases (and the double) on the next one.
+KV_CONCURRENCY_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 GRAPHS_RE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
 API_STARTING_RE = re.compile(r"Starting vLLM (?:API )?server")
 READY_LINE = "Application startup complete."
@@ -60,13 +62,18 @@ def _bar_elapsed(line: str) -> float | None:
     return int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
 
 
+def _concurrency(match: re.Match) -> dict[str, Any]:
+    return {"tokens_per_request": int(match.group(1).replace(",", "")), "requests": float(match.group(2))}
+
+
 def progress(lines: Iterable[str]) -> dict[str, Any]:
     """Load progress from the log: the latest shard progress line and the furthest phase reached.
 
     Keys: phase (one of PHASES), shards_done, shards_total, percent, load_elapsed_s (tqdm's own elapsed time on
     the latest shard line), load_pass (1 for the first run of the shard bar, 2 when it starts again: a speculative
     drafter such as MTP loads its weights from the checkpoint in a second pass), load_gib and load_seconds
-    (`Model loading took`), kv_cache_tokens, graph_seconds. Values not seen yet are None."""
+    (`Model loading took`), kv_cache_tokens, kv_concurrency ({tokens_per_request, requests}: how many requests of
+    that length the KV cache holds at once), graph_seconds. Values not seen yet are None."""
     result: dict[str, Any] = {
         "phase": "starting",
         "shards_done": None,
@@ -77,6 +84,7 @@ def progress(lines: Iterable[str]) -> dict[str, Any]:
         "load_gib": None,
         "load_seconds": None,
         "kv_cache_tokens": None,
+        "kv_concurrency": None,
         "graph_seconds": None,
     }
     reached = 0
@@ -99,6 +107,10 @@ def progress(lines: Iterable[str]) -> dict[str, Any]:
         elif match := KV_CACHE_RE.search(line):
             result["kv_cache_tokens"] = int(match.group(1).replace(",", ""))
             reach("kv_cache")
+            if concurrency := KV_CONCURRENCY_RE.search(line):
+                result["kv_concurrency"] = _concurrency(concurrency)
+        elif match := KV_CONCURRENCY_RE.search(line):
+            result["kv_concurrency"] = _concurrency(match)
         elif match := GRAPHS_RE.search(line):
             result["graph_seconds"] = float(match.group(1))
             reach("graphs")

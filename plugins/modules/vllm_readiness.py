@@ -113,7 +113,8 @@ progress:
     - The load progress read from the log (plugins/module_utils/vllm_log.py progress()) - phase (starting,
       loading_weights, weights_loaded, kv_cache, graphs, api_starting, ready), shards_done, shards_total, percent,
       load_elapsed_s, load_pass (2 while a drafter loads in a second pass), load_gib, load_seconds,
-      kv_cache_tokens, graph_seconds - plus eta_s (seconds until the
+      kv_cache_tokens, kv_concurrency (tokens_per_request, requests - the full-length requests the KV cache holds at
+      once), graph_seconds - plus eta_s (seconds until the
       remaining shards are loaded, null when unknown) and elapsed_s (since O(started_at), null when unknown).
   returned: always
   type: dict
@@ -127,6 +128,7 @@ progress:
     load_gib: null
     load_seconds: null
     kv_cache_tokens: null
+    kv_concurrency: null
     graph_seconds: null
     eta_s: 188.0
     elapsed_s: 240.5

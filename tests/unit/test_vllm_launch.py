@@ -299,3 +299,36 @@ def test_argcheck_script_uses_the_image_parser(python, request):
     assert json.loads(good.stdout.splitlines()[-1]) == {"ok": True, "error": ""}
     assert bad.returncode == 2
     assert "invalid choice: 'bf16'" in json.loads(bad.stdout.splitlines()[-1])["error"]
+
+
+# --- value_ranges: bounds vLLM enforces after parsing (held to the real engine in tests/contract) ---------------
+@pytest.mark.parametrize(
+    ("key", "value", "ok"),
+    [
+        ("gpu_memory_utilization", 1.5, False),
+        ("gpu_memory_utilization", 1.0, True),
+        ("gpu_memory_utilization", 0, False),
+        ("gpu_memory_utilization", "0.9", True),  # a string from -e is a number to vLLM too
+        ("max_num_seqs", 0, False),
+        ("max_num_batched_tokens", 1, True),
+        ("block_size", -16, False),
+    ],
+)
+def test_values_outside_vllms_bounds_fail_naming_the_variable_and_the_range(key, value, ok):
+    launch = copy.deepcopy(PROFILE["launch"]) | {key: value}
+    verdict = checks_of(launch)["value_ranges"]
+    assert (verdict["status"] == "pass") is ok, verdict
+    if not ok:
+        assert f"model_profile.launch.{key} = {value!r} is outside" in verdict["detail"]
+
+
+def test_a_speculative_token_count_of_zero_fails():
+    launch = copy.deepcopy(PROFILE["launch"])
+    launch["speculative_config"]["num_speculative_tokens"] = 0
+    verdict = checks_of(launch)["value_ranges"]
+    assert verdict["status"] == "fail" and "num_speculative_tokens = 0 is outside > 0" in verdict["detail"]
+
+
+def test_gpu_memory_utilization_1_5_is_outside_0_1():
+    verdict = checks_of(copy.deepcopy(PROFILE["launch"]) | {"gpu_memory_utilization": 1.5})["value_ranges"]
+    assert "gpu_memory_utilization = 1.5 is outside (0, 1] (CacheConfig)" in verdict["detail"]

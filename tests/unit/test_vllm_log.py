@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.a800.vllm.plugins.filter.verify_report import verify_kv_capacity_check
 from ansible_collections.a800.vllm.plugins.module_utils import vllm_log
 from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import (
     diagnose,
@@ -635,3 +636,27 @@ def test_double_dense_model_is_a_warning_and_a_forbidden_marker(double, tmp_path
     assert [(entry["name"], entry["fatal"]) for entry in found] == [("dense_attention_fallback", False)]
     result = markers(lines, LOG_MARKERS["required"], LOG_MARKERS["forbidden"])
     assert result["forbidden_found"] == [LOG_MARKERS["forbidden"][0]["meaning"]]
+
+
+# --- KV capacity: how many full-length requests the KV cache holds (verify's kv_capacity check) -----------------
+def test_kv_concurrency_is_read_from_the_real_single_line_and_the_doubles_second_line():
+    real = (REAL_LOGS / "startup-ok.log").read_text().splitlines()
+    assert vllm_log.progress(real)["kv_concurrency"] == {"tokens_per_request": 4096, "requests": 32.0}
+    double = [
+        "(EngineCore_DP0 pid=1) INFO 01-01 00:00:00 [kv_cache_utils.py:1087] GPU KV cache size: 146,392 tokens",
+        "(EngineCore_DP0 pid=1) INFO 01-01 00:00:00 [kv_cache_utils.py:1091] Maximum concurrency for 65,536 tokens "
+        "per request: 2.23x",
+    ]
+    got = vllm_log.progress(double)
+    assert got["kv_cache_tokens"] == 146392 and got["kv_concurrency"] == {"tokens_per_request": 65536, "requests": 2.23}
+
+
+@pytest.mark.parametrize(("seqs", "status"), [(16, "warn"), (2, "pass"), (None, "pass")])
+def test_the_kv_capacity_warns_when_max_num_seqs_exceeds_the_full_length_requests_it_holds(seqs, status):
+    progress = {"kv_cache_tokens": 146392, "kv_concurrency": {"tokens_per_request": 65536, "requests": 2.23}}
+    verdict = verify_kv_capacity_check(progress, seqs)
+    assert verdict["status"] == status
+    assert "holds 2.23 requests of 65,536 tokens" in verdict["detail"]
+    if status == "warn":
+        assert "max_num_seqs to 2" in verdict["fix"]
+    assert verify_kv_capacity_check({"kv_concurrency": None}, 16)["status"] == "pending"

@@ -185,6 +185,11 @@ def test_the_api_key_never_leaks(host):
             ["-e", "serve_ready_timeout_s=600"], ["ready_timeout", "serve_ready_timeout_s"], id="ready-timeout"
         ),
         pytest.param(
+            ["-e", profile_override(gpu_memory_utilization=1.5)],
+            ["value_ranges", "model_profile.launch.gpu_memory_utilization = 1.5 is outside (0, 1]"],
+            id="utilization-above-1",
+        ),
+        pytest.param(
             ["-e", patch_set("/nonexistent/0001-triton-mla-sparse-backend.patch")],
             ["image_patch_files", "/nonexistent/0001-triton-mla-sparse-backend.patch does not exist"],
             id="patch-file-missing",
@@ -219,6 +224,18 @@ def test_failure_mode_stops_before_any_restart(host, args, says):
     assert started(H1) == before and config_hash(H1) == hash_before  # the running server was left alone
     assert image_id(H1) == image_before  # and nothing was tagged in the image's name
     assert http(H1, "/health")[0] == 200
+
+
+def test_the_preflight_runs_the_images_own_parser_when_the_image_is_there(host):
+    """A flag the image's vllm does not know fails the preflight (read-only, nothing changed), not the serve phase."""
+    only_once(host)
+    before = started(H1)
+    run = playbook("--limit", H1, "-e", '{"serve_extra_args": ["--no-such-flag"]}', playbook="playbooks/preflight.yml")
+    assert run.returncode != 0
+    assert "vllm_argument_parser: the image's vllm parser rejects the command line" in said(run), run.stdout[-3000:]
+    assert "--no-such-flag" in said(run)
+    assert f"{H1} : ok=" in said(run) and "changed=0" in said(run).split(f"{H1} : ok=")[-1][:40]
+    assert started(H1) == before
 
 
 def test_the_image_is_built_from_the_patch_set_and_labelled(host):
