@@ -126,18 +126,22 @@ def render(flags: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    check = "--check" in sys.argv[1:]
-    text = render(table())
-    if check:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} differs from the parser of vLLM {_vllm_version()}: re-run {sys.argv[0]}", file=sys.stderr)
+def write_or_check(out: Path, text: str, what: str) -> int:
+    """--check: exit 1 when `out` differs from `text`; otherwise write it."""
+    if "--check" in sys.argv[1:]:
+        if not out.exists() or out.read_text() != text:
+            print(f"{out} differs from the parser of vLLM {_vllm_version()}: re-run {sys.argv[0]}", file=sys.stderr)
             return 1
         return 0
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
-    print(f"wrote {OUT} ({text.count('    flag: ')} options)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out} ({what})")
     return 0
+
+
+def main() -> int:
+    text = render(table())
+    return write_or_check(OUT, text, f"{text.count('    flag: ')} options")
 
 
 if __name__ == "__main__":

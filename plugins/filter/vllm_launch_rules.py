@@ -298,7 +298,7 @@ def _parser_checks(launch: dict, known: dict) -> list[dict]:
                 "model_profile.launch.tool_call_parser",
                 None,
                 "set",
-                "--enable-auto-tool-choice requires --tool-call-parser (exit 2)",
+                "--enable-auto-tool-choice requires --tool-call-parser (vLLM stops with a TypeError before loading)",
                 "set model_profile.launch.tool_call_parser (glm47 for GLM-5.x)",
             )
         )

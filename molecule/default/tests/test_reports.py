@@ -1,4 +1,6 @@
-"""The evidence site.yml leaves on the control node: reports/<host>/verify.json all-pass and report.md."""
+"""The evidence site.yml leaves on the control node: reports/<host>/verify.json and report.md, every check passing but
+the one warning the article's launch earns (kv_capacity: 64k-token requests, 16 at once, in a KV cache that holds
+fewer than 3 of them)."""
 
 import json
 import os
@@ -8,11 +10,13 @@ from pathlib import Path
 ROOT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 
 
-def test_verify_json_all_pass(host):
+def test_verify_json_all_pass_but_the_kv_capacity_warning(host):
     report = json.loads((ROOT / "reports" / host.backend.get_hostname() / "verify.json").read_text())
     assert report["summary"]["ok"] is True
     statuses = {c["name"]: c["status"] for c in report["checks"]}
-    assert set(statuses.values()) == {"pass"}, statuses
+    assert {name: status for name, status in statuses.items() if status != "pass"} == {"kv_capacity": "warn"}, statuses
+    kv = next(c for c in report["checks"] if c["name"] == "kv_capacity")
+    assert "fewer than max_num_seqs 16" in kv["detail"] and "max_num_seqs to 2" in kv["fix"]
     for name in ("log:sparse_backend_in_use", "log:no_dense_fallback", "answer_17x24", "chat_short_prompt",
                  "chat_long_prompt", "tool_call_auto", "stream", "mtp_acceptance"):  # fmt: skip
         assert name in statuses
