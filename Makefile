@@ -92,12 +92,11 @@ bundle: venv  ## collect the offline bundle for air-gapped sites into BUNDLE_DIR
 	@test -n "$(BUNDLE_DIR)" || { echo "usage: make bundle BUNDLE_DIR=/path [BUNDLE_INVENTORY=inventories/sim]" >&2; exit 2; }
 	ansible-playbook playbooks/bundle.yml -i $(BUNDLE_INVENTORY) -e bundle_dir=$(abspath $(BUNDLE_DIR))
 
-molecule: venv images  ## every Molecule scenario; `serve` (two hosts, mostly waiting) runs beside the others
-	mkdir -p .ansible-home
-	molecule test -s serve > .ansible-home/molecule-serve.log 2>&1 & serve=$$!; rc=0; \
-	for s in $$(ls molecule | grep -vx -e shared -e serve); do molecule test -s $$s || rc=1; done; \
-	wait $$serve || { rc=1; echo "scenario serve FAILED"; }; \
-	echo "----- scenario serve (ran in parallel) -----"; cat .ansible-home/molecule-serve.log; exit $$rc
+# The lanes run side by side, the scenarios of a lane one after the other (tests/testbed/run-scenarios.sh: every
+# scenario in exactly one lane). serve and real-engine wait on servers most of the time; 2 CPUs carry three lanes.
+MOLECULE_LANES ?= serve,preflight-negative airgap,field default,driver-upgrade,real-engine
+molecule: venv contract-venv images  ## every Molecule scenario, in lanes side by side (MOLECULE_LANES)
+	tests/testbed/run-scenarios.sh $(MOLECULE_LANES)
 
 test: lint unit contract bench molecule  ## everything CI runs
 

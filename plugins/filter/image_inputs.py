@@ -14,6 +14,7 @@ the variable it judges, with the fix.
     tarball, tarball_src, tarball_sha256   image_tarball, image_tarball_src, image_tarball_sha256
     tarball_stat                           {"where": host|controller, "exists", "isreg", "readable", "size", "checksum"}
     image_cuda, driver_version             the image on the host ({inspected, name, require_cuda}) and the driver
+    patches_required                       image_patches_required: the profile's model needs the sm80 sparse backend
 """
 
 from __future__ import annotations
@@ -153,6 +154,19 @@ def _build_checks(ctx: dict) -> list[dict]:
     checks: list[dict] = []
     patch_files = ctx.get("patch_files") or []
     overlay = _overlay_check(ctx)
+    if not patch_files and overlay is None and not ctx.get("patches_required", True):
+        # a dense-attention model: the base image serves it as it is, and there is no patch commit to record
+        return [
+            check(
+                "image_patch_files",
+                PASS,
+                "image_patch_files",
+                "none",
+                "none needed (dense attention)",
+                "no patches: the profile's model uses dense attention (model_profile.architecture.sparse_attention "
+                "false), so the base image serves it without the sm80 sparse backend",
+            )
+        ]
     if not patch_files and overlay is None:
         checks.append(
             check(

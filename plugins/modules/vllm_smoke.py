@@ -33,7 +33,7 @@ options:
     type: str
     required: true
   expect:
-    description: Text the answer's content must contain.
+    description: Text the answer's content must contain; empty - any reply (content or reasoning) passes.
     type: str
     required: true
   max_tokens:
@@ -52,6 +52,11 @@ options:
     description: Speculative decoding (MTP) is on, so its acceptance counters must move.
     type: bool
     default: false
+  tool_call:
+    description: Send the tool-call chat (tool_choice auto) and require the call; false for a model that never
+      chooses a tool (random test weights).
+    type: bool
+    default: true
   timeout:
     description: Seconds one request may take.
     type: float
@@ -210,26 +215,27 @@ def run(p: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         checks.append(prompt_check("chat_long_prompt", fields, SPARSE_PREFILL_LIMIT, None))
     payload = {"messages": [{"role": "user", "content": p["prompt"]}], "max_tokens": p["max_tokens"]}
     fields = chat(
-        "answer_17x24",
+        "answer_17x24" if p["expect"] else "answer",
         {**payload, "temperature": p["temperature"]},
         "the arithmetic chat",
         "read the server log (docker logs) for the error",
     )
     if fields is not None:
         checks += arithmetic_checks(fields, p["expect"], p["max_tokens"])
-    fields = chat(
-        "tool_call_auto",
-        {
-            "messages": [{"role": "user", "content": "What is the weather in Beijing? Use the get_weather tool."}],
-            "tools": [TOOL],
-            "tool_choice": "auto",
-            "max_tokens": 256,
-        },
-        "a chat with tools",
-        "set model_profile.launch.tool_call_parser and enable_auto_tool_choice (a 400 says which is missing)",
-    )
-    if fields is not None:
-        checks.append(tool_call_check(fields, TOOL["function"]["name"]))
+    if p["tool_call"]:
+        fields = chat(
+            "tool_call_auto",
+            {
+                "messages": [{"role": "user", "content": "What is the weather in Beijing? Use the get_weather tool."}],
+                "tools": [TOOL],
+                "tool_choice": "auto",
+                "max_tokens": 256,
+            },
+            "a chat with tools",
+            "set model_profile.launch.tool_call_parser and enable_auto_tool_choice (a 400 says which is missing)",
+        )
+        if fields is not None:
+            checks.append(tool_call_check(fields, TOOL["function"]["name"]))
 
     stream_payload = {
         "model": model,
@@ -261,6 +267,7 @@ def main() -> None:
             "temperature": {"type": "float", "required": True},
             "long_prompt_tokens": {"type": "int", "default": 2600},
             "speculative": {"type": "bool", "default": False},
+            "tool_call": {"type": "bool", "default": True},
             "timeout": {"type": "float", "default": 120},
         },
         supports_check_mode=True,

