@@ -6,7 +6,7 @@ import re
 import urllib.parse
 from typing import Any
 
-from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, check
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, WARN, check
 from ansible_collections.a800.vllm.plugins.module_utils.gateway_catalogue import Catalogue
 from ansible_collections.a800.vllm.plugins.module_utils.gateway_urls import (
     V1_SUFFIX,
@@ -79,6 +79,7 @@ def static_checks(params: dict[str, Any], cat: Catalogue, mask: Masker) -> tuple
         )
     else:
         add("model", "gateway_model", model, "set, no whitespace", f"model id {model}")
+        checks.append(model_id_check(model, params.get("served_model") or "", params.get("model_mapping", False), cat))
 
     proxy_ok = True
     if params["proxy"]:
@@ -101,3 +102,91 @@ def static_checks(params: dict[str, Any], cat: Catalogue, mask: Masker) -> tuple
         else:
             add("proxy", "gateway_proxy", shown, "http://host:port", "the tools go through this proxy")
     return checks, (not problem and proxy_ok)
+
+
+def model_id_check(model: str, served: str, mapping: bool, cat: Catalogue) -> dict[str, Any]:
+    """The tools send the model id verbatim and vLLM matches --served-model-name exactly, case included: a mismatch
+    fails the first real call. A gateway that maps model ids (gateway_model_mapping) turns it into a warning."""
+    expected = f"{served} (the servers' --served-model-name, case-sensitive)" if served else "the served model name"
+    if not served or model == served:
+        detail = f"the tools send {model}, the servers serve {served}" if served else "no served model name to compare"
+        return check("model_id", PASS, "gateway_model", model, expected, detail, diagnosis=None)
+    name = "model_id_case" if model.lower() == served.lower() else "model_id_mismatch"
+    diag = cat.named(name)
+    detail = f"gateway_model is {model!r} and the servers serve {served!r}. {diag['cause']}"
+    if mapping:
+        return check(
+            "model_id",
+            WARN,
+            "gateway_model",
+            model,
+            expected,
+            detail + " gateway_model_mapping is true: the gateway is trusted to map it",
+            diag["fix"],
+            diagnosis=name,
+        )
+    return check("model_id", FAIL, "gateway_model", model, expected, detail, diag["fix"], diagnosis=name)
+
+
+FLEET_COUNTERS = ("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+
+
+def _counters(reading: dict[str, Any]) -> dict[str, float] | None:
+    """One server's counters from a GET /metrics result ({status, content}), summed over their labels."""
+    from ansible_collections.a800.vllm.plugins.module_utils.openai_api import metric_total, parse_prometheus
+
+    if reading.get("status") != 200 or not reading.get("content"):
+        return None
+    families = parse_prometheus(reading["content"])
+    return {name: metric_total(families, name) for name in FLEET_COUNTERS}
+
+
+def fleet_check(before: dict[str, dict], after: dict[str, dict], answered: int, diag: dict[str, str]) -> dict:
+    """Did this fleet answer the smoke? A gateway that answered may have answered from any upstream with that model
+    id; only the servers' own counters (vllm:request_success_total, the prompt and generation token totals) read
+    before and after the smoke prove that the requests reached this fleet. before/after: {host: {status, content}};
+    answered: the smoke requests the gateway answered; diag: the catalogue's answered_elsewhere entry."""
+    name, fact = "fleet_answered", "vllm:request_success_total of each serving host, before and after the smoke"
+    expected = f">= {answered} requests counted by this fleet's servers"
+    if answered == 0:
+        return check(name, PASS, fact, 0, expected, "the gateway answered no smoke request: nothing to attribute")
+    deltas: dict[str, dict[str, float]] = {}
+    unread: list[str] = []
+    for host in sorted(set(before) | set(after)):
+        b, a = _counters(before.get(host) or {}), _counters(after.get(host) or {})
+        if b is None or a is None:
+            unread.append(host)
+        else:
+            deltas[host] = {k: a[k] - b[k] for k in FLEET_COUNTERS}
+    if not deltas:
+        return check(
+            name,
+            WARN,
+            fact,
+            None,
+            expected,
+            f"no server's /metrics could be read ({', '.join(unread) or 'no serving hosts'}): the answer is not "
+            "attributed to this fleet",
+            "let the control node reach each server's /metrics (gateway_fleet, gateway_fleet_metrics_port)",
+        )
+    counted = sum(d["vllm:request_success_total"] for d in deltas.values())
+    detail = "; ".join(
+        f"{h}: +{d['vllm:request_success_total']:.0f} requests, +{d['vllm:prompt_tokens_total']:.0f} prompt and "
+        f"+{d['vllm:generation_tokens_total']:.0f} generated tokens"
+        for h, d in deltas.items()
+    ) + (f"; not read: {', '.join(unread)}" if unread else "")
+    if counted >= answered:
+        return check(name, PASS, fact, counted, expected, detail)
+    if counted == 0 and not unread:
+        return check(
+            name, FAIL, fact, counted, expected, f"{detail}. {diag['cause']}", diag["fix"], diagnosis=diag["name"]
+        )
+    return check(
+        name,
+        WARN,
+        fact,
+        counted,
+        expected,
+        f"{detail}: fewer requests counted than the gateway answered (another upstream, or a server not read)",
+        diag["fix"],
+    )

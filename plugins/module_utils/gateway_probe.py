@@ -24,6 +24,7 @@ from ansible_collections.a800.vllm.plugins.module_utils.gateway_urls import (
     split_base,
 )
 from ansible_collections.a800.vllm.plugins.module_utils.openai_api import chat_fields, error_info
+from ansible_collections.a800.vllm.plugins.module_utils.smoke import messages_check
 
 BODY_LIMIT = 4000
 
@@ -67,6 +68,8 @@ def shape_of(status: int | None, text: str) -> str:
         return "not-json"
     if isinstance(body, dict) and body.get("choices"):
         return "completion"
+    if isinstance(body, dict) and body.get("type") == "message":
+        return "message"  # the Anthropic Messages API's answer
     shape = error_info(status or 0, text)["shape"]
     return "no-choices" if shape == "not-json" else shape
 
@@ -219,6 +222,31 @@ class Prober:
             diag = self.cat.diagnose(self.event("gateway_chat", {**answer, "url": url}))
             self.add("gateway_chat", FAIL, fact, measured, expected, detail, diag)
 
+    def messages(self) -> None:
+        """POST /v1/messages: the same question through the Anthropic Messages API, as Claude Code sends it (its
+        base URL without /v1, the token as Authorization: Bearer)."""
+        params, url = self.params, self.urls["messages"]
+        if not params["model"].strip():
+            return
+        payload = {
+            "model": params["model"],
+            "max_tokens": params["max_tokens"],
+            "messages": [{"role": "user", "content": params["prompt"]}],
+        }
+        answer = self.request("gateway_messages", "POST", url, payload)
+        expected = f"HTTP 200, an Anthropic message with {params['expect']} in a text block"
+        if answer["status"] != 200 or answer["shape"] != "message":
+            self.failed("gateway_messages", "POST", url, answer, expected)
+            return
+        judged = messages_check(200, json.loads(answer["text"]), params["expect"], params["max_tokens"])
+        diag = None
+        if judged["status"] == WARN:
+            diag = self.cat.named("budget_spent_on_reasoning")
+        elif judged["status"] == FAIL:
+            diag = self.cat.diagnose(self.event("gateway_messages", {**answer, "url": url}))
+        self.add("gateway_messages", judged["status"], f"POST {url}", judged["measured"], expected, judged["detail"],
+                 diag)  # fmt: skip
+
 
 def smoke(params: dict[str, Any]) -> dict[str, Any]:
     """The whole run: static checks, then (with probe) the requests. Everything returned is masked."""
@@ -231,6 +259,7 @@ def smoke(params: dict[str, Any]) -> dict[str, Any]:
         "sdk_base_url": f"{base}/v1",
         "models": f"{base}/v1/models",
         "chat": f"{base}/v1/chat/completions",
+        "messages": f"{base}/v1/messages",
     }
     values = {
         "base_url": base,
@@ -250,6 +279,7 @@ def smoke(params: dict[str, Any]) -> dict[str, Any]:
         prober.models()
         prober.listed()
         prober.chat()
+        prober.messages()
         checks += prober.checks
         exchanges = prober.exchanges
     by_status = counts(checks)

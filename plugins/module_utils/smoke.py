@@ -154,6 +154,41 @@ def stream_check(stream: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def messages_check(status: int | None, body: Any, expect: str, max_tokens: int) -> dict[str, Any]:
+    """The Anthropic Messages API (POST /v1/messages, what Claude Code calls): a message of content blocks
+    (thinking, text, tool_use), a stop_reason and usage, as real vLLM 0.32 answers (tests/contract/REAL_VLLM_SHAPES.md);
+    the answer in a text block when the profile expects one. Only thinking with stop_reason max_tokens: a warning,
+    as for the chat."""
+    what = "POST /v1/messages"
+    expected = "a message with content blocks" + (f", {expect} in a text block" if expect else "")
+    fix = "read the server log; vLLM serves /v1/messages since 0.10 (an older image or a proxy without the route: 404)"
+    if status != 200 or not isinstance(body, dict):
+        return check("messages_api", FAIL, what, status, expected, f"HTTP {status}: {str(body)[:300]}", fix)
+    blocks = body.get("content") if isinstance(body.get("content"), list) else []
+    kinds = [b.get("type") for b in blocks if isinstance(b, dict)]
+    text = "".join(b.get("text") or "" for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+    thinking = "".join(b.get("thinking") or "" for b in blocks if isinstance(b, dict) and b.get("type") == "thinking")
+    usage = body.get("usage") or {}
+    shaped = body.get("type") == "message" and bool(kinds) and isinstance(usage.get("output_tokens"), int)
+    detail = f"blocks {kinds}, stop_reason {body.get('stop_reason')}, {usage.get('output_tokens')} output tokens"
+    if not shaped:
+        return check("messages_api", FAIL, what, kinds, expected, "not an Anthropic message: " + detail, fix)
+    if not expect or expect in text:
+        answered = bool(text or thinking)
+        return check("messages_api", PASS if answered else FAIL, what, kinds, expected, detail, "" if answered else fix)
+    if not text and thinking and body.get("stop_reason") == "max_tokens":
+        return check(
+            "messages_api",
+            WARN,
+            what,
+            kinds,
+            expected,
+            f"budget spent on reasoning: max_tokens {max_tokens} ran out while thinking ({detail})",
+            "raise model_profile.smoke.max_tokens so that the answer fits after the reasoning",
+        )
+    return check("messages_api", FAIL, what, kinds, expected, f"no {expect} in the text: {text[:200]!r}; {detail}", fix)
+
+
 def metrics_checks(before: dict[str, float], after: dict[str, float], speculative: bool) -> list[dict[str, Any]]:
     """`/metrics` moving: generation tokens counted; MTP drafts accepted when speculative decoding is on."""
     gen = after.get("generation_tokens", 0) - before.get("generation_tokens", 0)

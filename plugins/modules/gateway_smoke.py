@@ -42,6 +42,16 @@ options:
     description: The model id the tools send; must equal the server's C(--served-model-name) exactly.
     type: str
     default: ""
+  served_model:
+    description:
+      - The servers' C(--served-model-name) (C(model_profile.served_model_name)); C(model) must equal it, case
+        included (check C(model_id)). Empty - not compared.
+    type: str
+    default: ""
+  model_mapping:
+    description: The gateway maps its own model ids to the servers' name - a different C(model) is only a warning.
+    type: bool
+    default: false
   proxy:
     description:
       - A proxy the tools go through (C(http://127.0.0.1:7890)); empty uses the environment's proxy variables
@@ -143,6 +153,8 @@ def main() -> None:
             "base_url": {"type": "str", "required": True},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "model": {"type": "str", "default": ""},
+            "served_model": {"type": "str", "default": ""},
+            "model_mapping": {"type": "bool", "default": False},
             "proxy": {"type": "str", "default": ""},
             "diagnoses": {"type": "list", "elements": "dict", "required": True},
             "probe": {"type": "bool", "default": True},

@@ -12,8 +12,9 @@ description:
     chat with a prompt shorter than 2048 tokens (the prefill that C(sparse_mla_force_mqa) keeps alive) and one longer;
     "What is 17 multiplied by 24? Answer briefly." answered 408 in C(content) with the thinking in the reasoning field
     (empty content with finish_reason C(length) is a warning, "budget spent on reasoning"); a tool call with
-    C(tool_choice) auto; a streamed reply; C(/metrics) moving (generation tokens; MTP acceptance when speculative
-    decoding is on).
+    C(tool_choice) auto; a streamed reply; the same question through the Anthropic Messages API
+    (C(POST /v1/messages), what Claude Code calls); C(/metrics) moving (generation tokens; MTP acceptance when
+    speculative decoding is on).
   - Changes nothing; runs in check mode too. The module itself fails only when the server cannot be reached at all.
 options:
   base_url:
@@ -109,6 +110,7 @@ from ansible_collections.a800.vllm.plugins.module_utils.smoke import (  # noqa: 
     SPARSE_PREFILL_LIMIT,
     arithmetic_checks,
     http_failure,
+    messages_check,
     metrics_checks,
     models_check,
     prompt_check,
@@ -249,6 +251,16 @@ def run(p: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         checks.append(stream_check(parse_sse(text.splitlines())))
     else:
         checks.append(http_failure("stream", status, error_info(status or 0, text), "a streamed chat", "read the log"))
+
+    status, text = client.request(
+        "/v1/messages",
+        {"model": model, "max_tokens": p["max_tokens"], "messages": [{"role": "user", "content": p["prompt"]}]},
+    )
+    try:
+        body = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        body = text
+    checks.append(messages_check(status, body, p["expect"], p["max_tokens"]))
 
     checks += metrics_checks(before, client.metrics(), p["speculative"])
     return checks, answers

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -187,6 +188,50 @@ def test_api_key_enforced_on_v1(server, key):
     reply = server.post(chat_body("hi", max_tokens=2), key=key)
     info = openai_api.error_info(reply.status_code, reply.text)
     assert (info["status"], info["shape"], info["message"]) == (401, "error-string", "Unauthorized")
+
+
+# --- Anthropic Messages (/v1/messages) -----------------------------------------------------------------------------
+def messages(server: Server, body: dict, key: str | None = KEY, **kw) -> requests.Response:
+    headers = {"anthropic-version": "2023-06-01", **({"Authorization": f"Bearer {key}"} if key is not None else {})}
+    return requests.post(server.url + "/v1/messages", json=body, headers=headers, timeout=120, **kw)
+
+
+def test_messages_shape(server):
+    reply = messages(server, {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert set(body) == {"id", "type", "role", "content", "model", "stop_reason", "usage"}
+    assert (body["type"], body["role"], body["model"], body["stop_reason"]) == ("message", "assistant", MODEL,
+                                                                                 "max_tokens")  # fmt: skip
+    assert body["usage"] == {"input_tokens": body["usage"]["input_tokens"], "output_tokens": 8}
+    first = body["content"][0]
+    assert first["type"] == "thinking" and first["thinking"] and re.fullmatch(r"[0-9a-f]{32}", first["signature"])
+
+
+def test_messages_stream_events(server):
+    body = {"model": MODEL, "max_tokens": 4, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
+    reply = messages(server, body, stream=True)
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+    events = [line.split(": ", 1)[1] for line in reply.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "message_start" and events[-2:] == ["message_delta", "message_stop"]
+    assert events[1] == "content_block_start" and "content_block_stop" in events
+    data = [json.loads(line[6:]) for line in reply.text.splitlines() if line.startswith("data: ")]
+    assert [d["type"] for d in data] == events  # every event's data names it; no [DONE]
+    deltas = [d["delta"]["type"] for d in data if d["type"] == "content_block_delta"]
+    assert deltas[0] == "thinking_delta" and deltas[-1] == "signature_delta"
+    assert data[-2]["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
+
+
+def test_messages_errors(server):
+    wrong = messages(server, {"model": MODEL.upper(), "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+    assert wrong.status_code == 404
+    message = f"The model `{MODEL.upper()}` does not exist. Valid aliases: {MODEL}."
+    assert wrong.json() == {"type": "error", "error": {"type": "NotFoundError", "message": message}}
+    no_max = messages(server, {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]})
+    info = openai_api.error_info(no_max.status_code, no_max.text)
+    assert (info["status"], info["shape"], info["param"]) == (400, "error-object", "body.max_tokens")
+    unauthorized = messages(server, {"model": MODEL, "max_tokens": 2, "messages": []}, key=None)
+    assert unauthorized.status_code == 401
 
 
 # --- metrics ----------------------------------------------------------------------------------------------------

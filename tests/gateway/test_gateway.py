@@ -45,6 +45,11 @@ class Chain:
     def base_url(self) -> str:
         return f"{self.gateway}/api"
 
+    @property
+    def port(self) -> int:
+        """The double's port: the fleet's serve_port, whose /metrics must count the smoke."""
+        return int(self.upstream.rsplit(":", 1)[1])
+
 
 def _docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=60)
@@ -60,31 +65,56 @@ def _answers(url: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def chain(tmp_path_factory, installs, weights, testbed_images):
-    launcher = Launcher(tmp_path_factory.mktemp("gateway-double"), installs, weights)
+def _standin(upstream: str) -> tuple[str, str]:
+    """The gateway stand-in in front of `upstream`, holding KEY: (its root URL, its container name)."""
     container = f"a800-gateway-standin-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    _docker("run", "-d", "--name", container, "--network", "host",
+            "-e", f"GATEWAY_UPSTREAM={upstream}", "-e", f"GATEWAY_API_KEY={KEY}",
+            "-e", f"GATEWAY_LISTEN=127.0.0.1:{port}", STANDIN_IMAGE)  # fmt: skip
+    gateway = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while not _answers(gateway + "/"):
+        running = _docker("inspect", "-f", "{{.State.Running}}", container, check=False).stdout.strip()
+        if running != "true" or time.monotonic() > deadline:
+            logs = _docker("logs", container, check=False)
+            _docker("rm", "-f", container, check=False)
+            pytest.fail(f"the gateway stand-in did not answer: {logs.stdout}{logs.stderr}")
+        time.sleep(0.1)
+    return gateway, container
+
+
+def _double(launcher: Launcher):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("VLLM_API_KEY", raising=False)  # the gateway holds the key, not the server
+        run = launcher.start()
+    assert "Application startup complete." in run.log, run.log[-2000:]
+    return run
+
+
+def _chain(tmp_path_factory, installs, weights, name: str):
+    """A double (a local process, no key of its own) behind its own gateway stand-in, which holds the key."""
+    launcher = Launcher(tmp_path_factory.mktemp(name), installs, weights)
+    container = ""
     try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.delenv("VLLM_API_KEY", raising=False)  # the gateway holds the key, not the server
-            run = launcher.start()
-        assert "Application startup complete." in run.log, run.log[-2000:]
-        port = free_port()
-        _docker("run", "-d", "--name", container, "--network", "host",
-                "-e", f"GATEWAY_UPSTREAM={run.url}", "-e", f"GATEWAY_API_KEY={KEY}",
-                "-e", f"GATEWAY_LISTEN=127.0.0.1:{port}", STANDIN_IMAGE)  # fmt: skip
-        gateway = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while not _answers(gateway + "/"):
-            running = _docker("inspect", "-f", "{{.State.Running}}", container, check=False).stdout.strip()
-            if running != "true" or time.monotonic() > deadline:
-                logs = _docker("logs", container, check=False)
-                pytest.fail(f"the gateway stand-in did not answer: {logs.stdout}{logs.stderr}")
-            time.sleep(0.1)
+        run = _double(launcher)
+        gateway, container = _standin(run.url)
         yield Chain(gateway=gateway, upstream=run.url, key=KEY, container=container)
     finally:
-        _docker("rm", "-f", container, check=False)
+        if container:
+            _docker("rm", "-f", container, check=False)
         launcher.stop_all()
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, installs, weights, testbed_images):
+    yield from _chain(tmp_path_factory, installs, weights, "gateway-double")
+
+
+@pytest.fixture(scope="module")
+def elsewhere(tmp_path_factory, installs, weights, testbed_images):
+    """A gateway that answers from a second backend, not from the fleet: a second double behind its own stand-in."""
+    yield from _chain(tmp_path_factory, installs, weights, "gateway-elsewhere")
 
 
 def smoke(base_url: str, key: str, **over) -> dict:
@@ -162,14 +192,34 @@ def test_an_empty_model_id_is_refused():
     assert (check["status"], check["diagnosis"]) == ("fail", "model_missing")
 
 
+def test_a_model_id_that_differs_from_the_served_name_in_case_is_refused_before_any_request():
+    """The article: the id must match exactly. GLM-5.2-NVFP4 against the served glm-5.2-nvfp4 fails the settings
+    check (nothing written, nothing sent), naming both; a gateway that maps ids lets it through as a warning."""
+    result = smoke("https://taotoken.net/api", SECRET, model="GLM-5.2-NVFP4", served_model="glm-5.2-nvfp4", probe=False)
+    check = by_name(result)["model_id"]
+    assert (check["status"], check["diagnosis"]) == ("fail", "model_id_case")
+    assert "'GLM-5.2-NVFP4'" in check["detail"] and "'glm-5.2-nvfp4'" in check["detail"]
+    assert "gateway_model" in check["fix"] and result["exchanges"] == []
+    other = by_name(smoke("https://taotoken.net/api", SECRET, model="glm-5", served_model="glm-5.2-nvfp4", probe=False))
+    assert other["model_id"]["diagnosis"] == "model_id_mismatch"
+    mapped = smoke("https://taotoken.net/api", SECRET, model="GLM-5.2-NVFP4", served_model="glm-5.2-nvfp4",
+                   model_mapping=True, probe=False)  # fmt: skip
+    assert by_name(mapped)["model_id"]["status"] == "warn"
+    same = smoke("https://taotoken.net/api", SECRET, served_model="glm-5.2-nvfp4", probe=False)
+    assert by_name(same)["model_id"]["status"] == "pass"
+
+
 # --- through the stand-in: the good path and each failure of the article ------------------------------------------
 
 
 def test_good_path_all_pass(chain):
     result = smoke(chain.base_url, chain.key)
     checks = by_name(result)
-    assert [c["status"] for c in result["checks"]] == ["pass"] * 6, result["checks"]
-    assert list(checks) == ["base_url", "api_key", "model", "gateway_models", "model_listed", "gateway_chat"]
+    assert [c["status"] for c in result["checks"]] == ["pass"] * 8, result["checks"]
+    assert list(checks) == ["base_url", "api_key", "model", "model_id", "gateway_models", "model_listed",
+                            "gateway_chat", "gateway_messages"]  # fmt: skip
+    assert checks["gateway_messages"]["measured"][-1] == "text"  # the Anthropic Messages API through the gateway
+    assert result["urls"]["messages"] == f"{chain.gateway}/api/v1/messages"
     assert checks["gateway_models"]["measured"] == ["glm-5.2-nvfp4"]
     assert "408" in checks["gateway_chat"]["measured"]["content"]
     assert result["urls"]["chat"] == f"{chain.gateway}/api/v1/chat/completions"
@@ -259,7 +309,9 @@ def test_empty_answer_with_finish_length_is_a_warning(chain):
 def playbook(tmp_path, *args: str, **extra) -> subprocess.CompletedProcess:
     inventory = tmp_path / "inventory" / "hosts.yml"  # two servers with the prod group_vars (profile, BOM)
     inventory.parent.mkdir(exist_ok=True)
-    hosts = {"gw-test-1": {"ansible_connection": "local"}, "gw-test-2": {"ansible_connection": "local"}}
+    # local stand-ins for the serving hosts (the gateway role reads each one's /metrics from it), on this Python
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {"gw-test-1": host, "gw-test-2": host}
     inventory.write_text(yaml.safe_dump({"all": {"children": {"a800_servers": {"hosts": hosts}}}}))
     if not (inventory.parent / "group_vars").exists():
         (inventory.parent / "group_vars").symlink_to(ROOT / "inventories/prod/group_vars", target_is_directory=True)
@@ -275,16 +327,22 @@ def playbook(tmp_path, *args: str, **extra) -> subprocess.CompletedProcess:
 
 def test_playbook_writes_0600_client_files_and_the_key_appears_nowhere_else(chain, tmp_path):
     out = tmp_path / "clients"
-    settings = {"gateway_base_url": chain.base_url + "/", "gateway_api_key": chain.key, "gateway_config_dir": str(out)}
+    settings = {"gateway_base_url": chain.base_url + "/", "gateway_api_key": chain.key, "gateway_config_dir": str(out),
+                "serve_port": chain.port}  # fmt: skip
     first = playbook(tmp_path, **settings)
     log = first.stdout + first.stderr
     assert first.returncode == 0, log[-4000:]
     assert chain.key not in log
-    assert "gateway_chat" in log and "6 pass" in log
+    assert "gateway_chat" in log and "9 pass" in log  # the smoke's 8 and fleet_answered
 
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
-    secret_files = {".env", "coding-tool-settings.json"}
-    for name in (*secret_files, "openai_client.py"):
+    secret_files = {
+        ".env",
+        "claude-code-settings.json",
+        "cline-openai-compatible.json",
+        "article-generic-settings.json",
+    }
+    for name in (*secret_files, "openai_client.py", "curl-examples.sh"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
     for path in out.iterdir():
         assert (chain.key in path.read_text()) == (path.name in secret_files), path.name
@@ -292,9 +350,20 @@ def test_playbook_writes_0600_client_files_and_the_key_appears_nowhere_else(chai
     assert env["OPENAI_BASE_URL"] == f"{chain.gateway}/api/v1"  # the OpenAI SDKs add no /v1 themselves
     assert env["GATEWAY_BASE_URL"] == f"{chain.gateway}/api"
     assert (env["OPENAI_API_KEY"], env["OPENAI_MODEL"]) == (chain.key, "glm-5.2-nvfp4")
-    tool = json.loads((out / "coding-tool-settings.json").read_text())
-    assert tool == {"baseUrl": f"{chain.gateway}/api", "apiKey": chain.key, "model": "glm-5.2-nvfp4",
-                    "authMode": "apiKey"}  # fmt: skip
+    # Claude Code: the env block of its settings.json, the base without /v1 (it calls <base>/v1/messages)
+    claude = json.loads((out / "claude-code-settings.json").read_text())
+    assert claude == {"env": {"ANTHROPIC_BASE_URL": f"{chain.gateway}/api", "ANTHROPIC_AUTH_TOKEN": chain.key,
+                              "ANTHROPIC_MODEL": "glm-5.2-nvfp4"}}  # fmt: skip
+    # Cline's OpenAI Compatible provider (apiProvider "openai" in its ApiConfiguration): the base with /v1
+    cline = json.loads((out / "cline-openai-compatible.json").read_text())
+    assert cline == {"apiProvider": "openai", "openAiBaseUrl": f"{chain.gateway}/api/v1", "openAiApiKey": chain.key,
+                     "openAiModelId": "glm-5.2-nvfp4"}  # fmt: skip
+    generic = json.loads((out / "article-generic-settings.json").read_text())
+    assert generic == {"baseUrl": f"{chain.gateway}/api", "apiKey": chain.key, "model": "glm-5.2-nvfp4"}
+    assert "authMode" not in json.dumps([claude, cline, generic])  # no tool has such a field
+    index = (out / "README.txt").read_text()
+    for name in (*secret_files, "openai_client.py", "curl-examples.sh"):
+        assert name in index
     assert f'BASE_URL = "{chain.gateway}/api/v1"' in (out / "openai_client.py").read_text()
     report = json.loads((out / "smoke.json").read_text())
     assert report["diagnoses"] == [] and {c["status"] for c in report["checks"]} == {"pass"}
@@ -305,6 +374,60 @@ def test_playbook_writes_0600_client_files_and_the_key_appears_nowhere_else(chai
     assert again.returncode == 0, log[-4000:]
     assert chain.key not in log
     assert "changed=0" in log and "changed=1" not in log
+
+
+# The real client SDKs (vLLM's own dependencies, in the contract venv) read the written files and call the gateway:
+# the OpenAI SDK with .env's OPENAI_BASE_URL, the Anthropic SDK as Claude Code is configured (its settings' env block).
+SDK_CALLS = """
+import json, sys
+from pathlib import Path
+import anthropic, openai
+out = Path(sys.argv[1])
+env = dict(l.split("=", 1) for l in (out / ".env").read_text().splitlines() if "=" in l and not l.startswith("#"))
+client = openai.OpenAI(base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"])
+chat = client.chat.completions.create(model=env["OPENAI_MODEL"], max_tokens=150,
+                                      messages=[{"role": "user", "content": "What is 17 multiplied by 24?"}])
+claude = json.loads((out / "claude-code-settings.json").read_text())["env"]
+question = [{"role": "user", "content": "What is 17 multiplied by 24?"}]
+messages = anthropic.Anthropic(base_url=claude["ANTHROPIC_BASE_URL"], auth_token=claude["ANTHROPIC_AUTH_TOKEN"],
+                               api_key=None).messages.create(model=claude["ANTHROPIC_MODEL"], max_tokens=150,
+                                                              messages=question)
+print(json.dumps({"openai": [openai.__version__, chat.choices[0].message.content],
+                  "anthropic": [anthropic.__version__, [b.type for b in messages.content],
+                                "".join(b.text for b in messages.content if b.type == "text")]}))
+"""
+
+
+def test_the_real_sdks_answer_through_the_written_files(chain, tmp_path):
+    """OpenAI's and Anthropic's own Python SDKs, configured from the files the gateway phase wrote, get 408 from the
+    double behind the gateway stand-in: the base URLs, key and model in those files are what the SDKs need."""
+    out = tmp_path / "clients"
+    run = playbook(tmp_path, gateway_base_url=chain.base_url, gateway_api_key=chain.key, gateway_config_dir=str(out),
+                   serve_port=chain.port)  # fmt: skip
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    env = {k: v for k, v in os.environ.items() if not k.upper().endswith("_PROXY")}  # straight to the stand-in
+    sdk = subprocess.run([str(ROOT / ".venv-vllm/bin/python"), "-c", SDK_CALLS, str(out)], capture_output=True,
+                         text=True, timeout=120, env=env)  # fmt: skip
+    assert sdk.returncode == 0, sdk.stderr[-3000:]
+    answers = json.loads(sdk.stdout.strip().splitlines()[-1])
+    assert "408" in answers["openai"][1]
+    assert answers["anthropic"][1][-1] == "text" and "408" in answers["anthropic"][2]
+
+
+def test_a_gateway_answering_from_elsewhere_is_named_answered_elsewhere(chain, elsewhere, tmp_path):
+    """The gateway (elsewhere) answers 408 from its own backend; the fleet's server (chain's double, serve_port)
+    counts nothing: the smoke passed, the fleet_answered check fails with answered_elsewhere and its fix."""
+    out = tmp_path / "clients"
+    run = playbook(tmp_path, gateway_base_url=elsewhere.base_url, gateway_api_key=elsewhere.key,
+                   gateway_config_dir=str(out), serve_port=chain.port)  # fmt: skip
+    log = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode != 0
+    assert "Gateway smoke failed (answered_elsewhere)" in log, log[-3000:]
+    assert "fleet_answered" in log and "no server of this fleet counted a request" in log
+    report = json.loads((out / "smoke.json").read_text())
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["gateway_chat"]["status"] == "pass" and checks["fleet_answered"]["status"] == "fail"
+    assert checks["fleet_answered"]["measured"] == 0 and "gw-test-1: +0 requests" in checks["fleet_answered"]["detail"]
 
 
 def test_playbook_refuses_a_v1_base_before_writing_anything(chain, tmp_path):

@@ -57,6 +57,7 @@ def test_every_check_passes_against_the_article_launch(article_server):
         "reasoning_field",
         "tool_call_auto",
         "stream",
+        "messages_api",
         "metrics_generation_tokens",
         "mtp_acceptance",
     ]
@@ -98,6 +99,22 @@ def test_missing_force_mqa_fails_the_short_prompt_only(launcher):
     checks = by_name(vllm_smoke.run(params(run.url))[0])
     assert checks["chat_short_prompt"]["status"] == "fail"
     assert "sparse_mla_force_mqa" in checks["chat_short_prompt"]["fix"]
+
+
+def test_the_messages_api_judgement():
+    """POST /v1/messages (Claude Code's API): shapes as real vLLM 0.32 answers them."""
+    good = {"type": "message", "content": [{"type": "thinking", "thinking": "..."}, {"type": "text", "text": "408"}],
+            "stop_reason": "end_turn", "usage": {"input_tokens": 20, "output_tokens": 30}}  # fmt: skip
+    assert smoke.messages_check(200, good, "408", 150)["status"] == "pass"
+    thinking_only = {**good, "content": [{"type": "thinking", "thinking": "..."}], "stop_reason": "max_tokens"}
+    assert smoke.messages_check(200, thinking_only, "408", 8)["status"] == "warn"
+    assert smoke.messages_check(200, thinking_only, "", 8)["status"] == "pass"  # a profile without an answer
+    wrong = {**good, "content": [{"type": "text", "text": "407"}]}
+    assert smoke.messages_check(200, wrong, "408", 150)["status"] == "fail"
+    chat_shaped = {"object": "chat.completion", "choices": [{"message": {"content": "408"}}]}
+    assert smoke.messages_check(200, chat_shaped, "408", 150)["status"] == "fail"
+    missing = smoke.messages_check(404, {"detail": "Not Found"}, "408", 150)
+    assert missing["status"] == "fail" and "/v1/messages" in missing["fix"]
 
 
 def test_judgements_fail_on_their_faults():

@@ -73,6 +73,7 @@ class Server:
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/messages", self.messages)
         if self.engine.speculative:
             app.on_startup.append(self._start_spec_logger)
         return app
@@ -224,6 +225,53 @@ class Server:
                 return await self._serve(request, rid, created, plan, n_prompt, budget, stream, include_usage, start)
             finally:
                 self.metrics.running -= 1
+
+    # --- Anthropic Messages (vLLM's /v1/messages: converted to a chat completion and back) -------------------------
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        """The shapes recorded from real vLLM 0.32 (tests/contract/REAL_VLLM_SHAPES.md, "Anthropic Messages"): a
+        message with thinking / text / tool_use blocks, stop_reason, usage.input_tokens/output_tokens; max_tokens
+        required (an OpenAI-style 400); an unknown model a 404 in Anthropic's error form; stream as Anthropic's
+        events."""
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            return error(400, "1 validation error:\n  {'type': 'json_invalid', 'loc': 'body'}", "Bad Request", "body")
+        if "max_tokens" not in body:
+            return error(
+                400,
+                "1 validation error:\n  {'type': 'missing', 'loc': 'body.max_tokens', 'msg': 'Field required', "
+                f"'input': '<dict of {len(body)} items>'}}",
+                "Bad Request",
+                "body.max_tokens",
+            )
+        if body.get("model") != self.engine.served_name:
+            return web.json_response(
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "NotFoundError",
+                        "message": f"The model `{body.get('model')}` does not exist. "
+                        f"Valid aliases: {self.engine.served_name}.",
+                    },
+                },
+                status=404,
+            )
+        chat = {"model": body["model"], "max_tokens": body["max_tokens"], "messages": _chat_messages(body)}
+        reply = await self.chat(_Body(chat))
+        answer = json.loads(reply.body)
+        if reply.status != 200:
+            return web.json_response(answer, status=reply.status)
+        message = _anthropic_message(answer)
+        if not body.get("stream"):
+            return web.json_response(message)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await response.prepare(request)
+        for event, data in _anthropic_events(message):
+            await response.write(f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode())
+        await response.write_eof()
+        return response
 
     def _prefill_crashes(self, n_prompt: int) -> bool:
         return (
@@ -395,3 +443,93 @@ class Server:
     @staticmethod
     async def _event(response, payload: dict) -> None:
         await response.write(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
+
+
+class _Body:
+    """A request whose JSON body is given (the Messages endpoint runs its converted request through chat)."""
+
+    def __init__(self, body: dict) -> None:
+        self._body = body
+
+    async def json(self) -> dict:
+        return self._body
+
+
+def _text_of(content) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _chat_messages(body: dict) -> list[dict]:
+    system = body.get("system")
+    messages = [{"role": "system", "content": _text_of(system)}] if system else []
+    return messages + [
+        {"role": m.get("role"), "content": _text_of(m.get("content"))} for m in body.get("messages") or []
+    ]
+
+
+def _anthropic_message(answer: dict) -> dict:
+    """vLLM 0.32 entrypoints/anthropic/serving.py: reasoning -> a thinking block (with a signature), content -> a text
+    block, tool calls -> tool_use blocks; no block at all -> one empty text block; finish_reason length -> max_tokens,
+    tool calls -> tool_use, else end_turn."""
+    choice = answer["choices"][0]
+    msg = choice["message"]
+    content: list[dict] = []
+    if msg.get("reasoning"):
+        content.append({"type": "thinking", "thinking": msg["reasoning"], "signature": uuid.uuid4().hex})
+    if msg.get("content"):
+        content.append({"type": "text", "text": msg["content"]})
+    for call in msg.get("tool_calls") or []:
+        fn = call["function"]
+        content.append({"type": "tool_use", "id": call["id"], "name": fn["name"], "input": json.loads(fn["arguments"])})
+    if not content:
+        content.append({"type": "text", "text": ""})
+    finish = choice["finish_reason"]
+    stop = "max_tokens" if finish == "length" else "tool_use" if msg.get("tool_calls") else "end_turn"
+    usage = answer["usage"]
+    return {
+        "id": answer["id"],
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "model": answer["model"],
+        "stop_reason": stop,
+        "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]},
+    }
+
+
+def _anthropic_events(message: dict) -> list[tuple[str, dict]]:
+    """The event sequence real vLLM streams: message_start, per block start / delta(s) / stop (a thinking block
+    ends with a signature_delta), message_delta with the stop reason and usage, message_stop."""
+    start = dict(message, content=[], stop_reason=None, stop_sequence=None)
+    start["usage"] = {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 0}
+    events: list[tuple[str, dict]] = [("message_start", {"type": "message_start", "message": start})]
+    for index, block in enumerate(message["content"]):
+        kind = block["type"]
+        empty = {"thinking": {"type": "thinking", "thinking": ""}, "text": {"type": "text", "text": ""}}.get(
+            kind, block
+        )
+        events.append(("content_block_start", {"type": "content_block_start", "content_block": empty, "index": index}))
+        if kind == "thinking":
+            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
+                      {"type": "signature_delta", "signature": block["signature"]}]  # fmt: skip
+        elif kind == "text":
+            deltas = [{"type": "text_delta", "text": block["text"]}] if block["text"] else []
+        else:
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        for delta in deltas:
+            events.append(("content_block_delta", {"type": "content_block_delta", "delta": delta, "index": index}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": message["usage"],
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
