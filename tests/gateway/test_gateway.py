@@ -441,6 +441,19 @@ def test_playbook_refuses_a_v1_base_before_writing_anything(chain, tmp_path):
     assert not out.exists()
 
 
+def test_playbook_refuses_a_model_id_in_the_wrong_case_before_writing_anything(chain, tmp_path):
+    """The article's pitfall: GLM-5.2-NVFP4 for the served glm-5.2-nvfp4. Refused by the settings check, with both
+    names and the fix, before a file is written or a request sent; gateway_model_mapping lets it through."""
+    out = tmp_path / "clients"
+    run = playbook(tmp_path, gateway_base_url=chain.base_url, gateway_api_key=chain.key, gateway_config_dir=str(out),
+                   gateway_model="GLM-5.2-NVFP4", serve_port=chain.port)  # fmt: skip
+    log = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode != 0
+    assert "Gateway settings refused (nothing written, nothing sent)" in log
+    assert "model_id" in log and "'GLM-5.2-NVFP4'" in log and "'glm-5.2-nvfp4'" in log
+    assert not out.exists()
+
+
 def test_playbook_is_opt_in(tmp_path):
     run = playbook(tmp_path, gateway_enabled=False, gateway_api_key=SECRET)
     assert run.returncode == 0, run.stdout[-3000:]
