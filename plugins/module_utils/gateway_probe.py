@@ -112,10 +112,12 @@ class Prober:
     def event(self, check: str, answer: dict[str, Any] | None = None) -> dict[str, Any]:
         """What the catalogue matches: the check, the answer, the key's state and the way the request went."""
         answer = answer or {}
+        error_type = error_info(answer["status"], answer.get("text") or "")["type"] if answer.get("status") else None
         return {
             "check": check,
             "status": answer.get("status"),
             "shape": answer.get("shape"),
+            "error_type": error_type,
             "url": answer.get("url"),
             "body": answer.get("text"),
             "exception": answer.get("exception"),

@@ -114,7 +114,11 @@ def error_info(status: int, text: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         return info
     error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
+    if isinstance(error, dict) and body.get("type") == "error":
+        # The Anthropic API's form (docs.anthropic.com/en/api/errors), which gateways speaking the Messages API
+        # answer with: {"type": "error", "error": {"type": "authentication_error", "message": ...}, "request_id"}
+        info.update(shape="anthropic-error", type=error.get("type"), message=error.get("message"))
+    elif isinstance(error, dict):
         info.update(
             shape="error-object",
             type=error.get("type"),

@@ -306,7 +306,9 @@ def test_empty_answer_with_finish_length_is_a_warning(chain):
 # --- the playbook: files, modes, and the key nowhere else -----------------------------------------------------------
 
 
-def playbook(tmp_path, *args: str, **extra) -> subprocess.CompletedProcess:
+def playbook(
+    tmp_path, *args: str, playbook_file: str = "playbooks/gateway.yml", **extra
+) -> subprocess.CompletedProcess:
     inventory = tmp_path / "inventory" / "hosts.yml"  # two servers with the prod group_vars (profile, BOM)
     inventory.parent.mkdir(exist_ok=True)
     # local stand-ins for the serving hosts (the gateway role reads each one's /metrics from it), on this Python
@@ -320,7 +322,7 @@ def playbook(tmp_path, *args: str, **extra) -> subprocess.CompletedProcess:
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"),
-         "-i", str(inventory), "playbooks/gateway.yml", "-e", f"@{extra_vars}", "-v", *args],
+         "-i", str(inventory), playbook_file, "-e", f"@{extra_vars}", "-v", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
@@ -352,8 +354,11 @@ def test_playbook_writes_0600_client_files_and_the_key_appears_nowhere_else(chai
     assert (env["OPENAI_API_KEY"], env["OPENAI_MODEL"]) == (chain.key, "glm-5.2-nvfp4")
     # Claude Code: the env block of its settings.json, the base without /v1 (it calls <base>/v1/messages)
     claude = json.loads((out / "claude-code-settings.json").read_text())
+    served = "glm-5.2-nvfp4"  # also for its background model and the /model aliases (else Claude ids)
+    models = ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
+              "ANTHROPIC_DEFAULT_OPUS_MODEL")  # fmt: skip
     assert claude == {"env": {"ANTHROPIC_BASE_URL": f"{chain.gateway}/api", "ANTHROPIC_AUTH_TOKEN": chain.key,
-                              "ANTHROPIC_MODEL": "glm-5.2-nvfp4"}}  # fmt: skip
+                              **dict.fromkeys(models, served)}}  # fmt: skip
     # Cline's OpenAI Compatible provider (apiProvider "openai" in its ApiConfiguration): the base with /v1
     cline = json.loads((out / "cline-openai-compatible.json").read_text())
     assert cline == {"apiProvider": "openai", "openAiBaseUrl": f"{chain.gateway}/api/v1", "openAiApiKey": chain.key,
@@ -458,3 +463,20 @@ def test_playbook_is_opt_in(tmp_path):
     run = playbook(tmp_path, gateway_enabled=False, gateway_api_key=SECRET)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "skipping" in run.stdout and SECRET not in run.stdout + run.stderr
+
+
+def test_explain_names_the_cause_of_a_tool_message_and_writes_nothing(tmp_path):
+    """playbooks/explain.yml: Claude Code's login prompt looked up in the catalogue, without a key, a request or a
+    file; a message no entry quotes fails and names the smoke."""
+    out = tmp_path / "clients"
+    run = playbook(tmp_path, playbook_file="playbooks/explain.yml", gateway_config_dir=str(out),
+                   gateway_tool_message="Not logged in · Please run /login")  # fmt: skip
+    log = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode == 0, log[-3000:]
+    assert "DIAGNOSIS claude_code_not_logged_in (Claude Code" in log
+    assert "claude-code-settings.json" in log and "~/.claude/settings.json" in log
+    assert not out.exists()
+    unknown = playbook(tmp_path, playbook_file="playbooks/explain.yml", gateway_tool_message="Segmentation fault")
+    said = " ".join((unknown.stdout + unknown.stderr).split())
+    assert unknown.returncode != 0
+    assert "no entry of the diagnosis catalogue quotes this message" in said and "playbooks/gateway.yml" in said

@@ -17,7 +17,9 @@ import yaml
 from conftest import ROOT
 
 # Keys whose values are read by people, not fetched.
-TEXT_KEYS = {"name", "msg", "fail_msg", "success_msg", "description", "cause", "fix", "meaning", "detail", "note"}
+# `source`: where a diagnosis' quote of a tool's message comes from (its `shows` items).
+TEXT_KEYS = {"name", "msg", "fail_msg", "success_msg", "description", "cause", "fix", "meaning", "detail", "note",
+             "source"}  # fmt: skip
 URL = re.compile(r"\b(?:https?|ftp)://([^/\s'\"]+)")
 LOOPBACK = re.compile(r"^(?:127\.[0-9.]+|localhost|\[::1\])(?::[0-9]+)?$")
 # A registry image reference: [registry[:port]/]repository[/...]:tag or @sha256:..., e.g. ubuntu:24.04,
