@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(ROOT / "tests" / "doubles" / "vllm"), str(ROOT / "collections")]
 
 import real_vllm  # noqa: E402
+from ansible_collections.a800.vllm.plugins.filter.fleet import vllm_requests_in_flight  # noqa: E402
 from ansible_collections.a800.vllm.plugins.module_utils import openai_api  # noqa: E402
 from harness import Launcher, free_port, make_installs, make_weights  # noqa: E402
 
@@ -245,6 +247,25 @@ def test_metrics_names_labels_and_movement(server):
     after = openai_api.parse_prometheus(server.get("/metrics", key=None).text)
     assert openai_api.metric_total(after, "vllm:generation_tokens_total", model_name=MODEL) >= generated + 5
     assert openai_api.metric_total(after, "vllm:request_success_total", finished_reason="length") >= 1
+
+
+def test_requests_in_flight_read_from_the_metrics_during_a_stream(server):
+    """The fleet's drain waits on vllm_requests_in_flight (running + waiting): 1 while a stream is open, 0 after."""
+    body = chat_body("Tell me a long story", max_tokens=400, stream=True)
+    with server.post(body, stream=True) as stream:
+        lines = stream.iter_lines()
+        assert next(line for line in lines if line.startswith(b"data: "))
+        during = server.get("/metrics", key=None).text
+        assert re.search(r"^vllm:num_requests_running\{[^}]*\} [0-9.]+$", during, re.M)
+        assert re.search(r"^vllm:num_requests_waiting\{[^}]*\} [0-9.]+$", during, re.M)
+        # the tiny real model may finish 400 tokens before the read; the double's speed model keeps it running
+        assert vllm_requests_in_flight(during) in ((1,) if server.kind == "double" else (0, 1))
+        for _ in lines:
+            pass
+    deadline = time.monotonic() + 30
+    while vllm_requests_in_flight(server.get("/metrics", key=None).text) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert vllm_requests_in_flight(server.get("/metrics", key=None).text) == 0
 
 
 # --- command line ---------------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ import time
 
 from test_serve import H1, H2, NAME, http, only_once, playbook, said, started, ts
 
+testinfra_hosts = ["a800_servers"]
+
 
 def sh(host: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", "exec", host, *cmd], capture_output=True, text=True, check=check, timeout=120)
@@ -157,3 +159,8 @@ def test_a_driver_pin_change_reboots_the_hosts_one_after_the_other(host):
     h1_ready_after_reboot = [t for t in ready_times(H1) if t > boot_time(H1)]
     assert h1_ready_after_reboot, "host 1's server did not start again after its reboot"
     assert boot_time(H2) > h1_ready_after_reboot[0]  # host 2 went down only after host 1 served again
+    # in the scenario's fleet each host left the router before its reboot, and came back verified
+    for h in (H1, H2):
+        assert f"{h}: out of the router on a800-mol-serve-gw" in said(run)
+        assert f"{h}: back in the router on a800-mol-serve-gw" in said(run)
+    assert ("verify : Judge everything", H1) in order and ("verify : Judge everything", H2) in order

@@ -1,0 +1,299 @@
+"""The fleet's one endpoint: vllm-router and the nginx key gateway on the gateway host, in front of both serving hosts.
+
+First in file order (right after converge): the router holds both hosts; a team key is answered, a wrong key is
+401 with no upstream call, a key over its limit gets 429, a route outside the allowlist 404; the access log counts
+each key's requests by its id and never holds a key; then a rolling launch change under a bounded load through the
+gateway fails no request and never has more than one host out of the router.
+
+Traffic goes only to the test bed's own containers (the scenario's Docker network), bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from test_serve import H1, H2, ROOT, config_hash, http, only_once, playbook, said, started, ts
+
+testinfra_hosts = ["a800_servers"]
+
+GW = "a800-mol-serve-gw"
+NETWORK = "a800-mol-serve"
+FLEET = yaml.safe_load((Path(__file__).parents[1] / "inventory/fleet.yml").read_text())["all"]["children"]
+KEYS = {k["id"]: k["key"] for k in FLEET["a800_gateways"]["vars"]["fleet_gateway_keys"]}
+SERVE_KEY = FLEET["a800_servers"]["vars"]["serve_api_key"]
+MODEL = "glm-5.2-nvfp4"
+ACCESS_LOG = "/var/log/nginx/a800-fleet-access.log"
+WORKERS = {f"http://{h}:8001" for h in (H1, H2)}
+
+
+def gw(*cmd: str) -> str:
+    return subprocess.run(["docker", "exec", GW, *cmd], capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def base() -> str:
+    fmt = '{{(index .NetworkSettings.Networks "' + NETWORK + '").IPAddress}}'
+    address = subprocess.run(["docker", "inspect", "-f", fmt, GW], capture_output=True, text=True, check=True)
+    return f"http://{address.stdout.strip()}:8080"
+
+
+def call(path: str, key: str | None, body: dict | None = None, header: str = "Authorization") -> tuple[int, str, dict]:
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers[header] = f"Bearer {key}" if header == "Authorization" else key
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base() + path, data=data, headers=headers, method="POST" if data else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return answer.status, answer.read().decode(), dict(answer.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(), dict(error.headers)
+
+
+def chat(key: str, *, stream: bool = False) -> tuple[int, str, dict]:
+    """The article's smoke question; streamed, a long answer (300 tokens, ignore_eos: a few seconds each), so that a
+    host leaving the router has requests in flight to drain."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "What is 17 multiplied by 24? Answer briefly."}],
+            "max_tokens": 300 if stream else 150, "stream": stream, "ignore_eos": stream}  # fmt: skip
+    return call("/v1/chat/completions", key, body)
+
+
+def access_log() -> list[dict]:
+    return [json.loads(line) for line in gw("cat", ACCESS_LOG).splitlines() if line.strip()]
+
+
+def router_workers() -> set[str]:
+    return set(json.loads(gw("curl", "-s", "http://127.0.0.1:30000/list_workers"))["urls"])
+
+
+def router_requests() -> float:
+    """vllm_router_requests_total summed over routes: what the router was asked."""
+    text = gw("curl", "-s", "http://127.0.0.1:29000/metrics")
+    lines = [line for line in text.splitlines() if line.startswith("vllm_router_requests_total")]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+def test_the_router_and_the_gateway_run_with_both_serving_hosts(host):
+    only_once(host)
+    assert gw("systemctl", "is-active", "a800-vllm-router.service", "nginx.service").split() == ["active", "active"]
+    assert router_workers() == WORKERS
+    assert gw("stat", "-c", "%a %U", "/etc/nginx/conf.d/a800-fleet.conf").split() == ["600", "root"]
+    unit = gw("systemctl", "cat", "a800-vllm-router.service")
+    assert "--policy round_robin" in unit and "--host 127.0.0.1" in unit
+    assert gw(f"{'/opt/a800-fleet/vllm-router'}/bin/pip", "show", "vllm-router").split("\n")[1] == "Version: 0.1.17"
+
+
+def test_a_team_key_is_answered_through_both_apis(host):
+    only_once(host)
+    status, body, _ = chat(KEYS["team-load"])
+    assert status == 200 and "408" in json.loads(body)["choices"][0]["message"]["content"]
+    status, body, _ = call("/v1/models", KEYS["team-load"])
+    assert status == 200 and json.loads(body)["data"][0]["id"] == MODEL
+    # Anthropic's form (x-api-key), on the route nginx sends to the serving hosts itself
+    question = [{"role": "user", "content": "What is 17 multiplied by 24?"}]
+    messages = {"model": MODEL, "max_tokens": 150, "messages": question}
+    status, body, _ = call("/v1/messages", KEYS["team-load"], messages, header="x-api-key")
+    assert status == 200 and "408" in body
+
+
+@pytest.mark.parametrize("key", [None, "sk-not-a-team-key-0123456789", SERVE_KEY])
+def test_a_wrong_key_is_401_with_no_upstream_call(host, key):
+    only_once(host)
+    before = router_requests()
+    status, body, _ = chat(key)
+    assert status == 401 and json.loads(body)["error"]["code"] == "invalid_api_key"
+    last = access_log()[-1]
+    assert (last["status"], last["key_id"], last["upstream"]) == (401, "", "")
+    assert router_requests() == before
+
+
+def test_a_key_over_its_limit_gets_429_with_retry_after(host):
+    only_once(host)
+    answers = [call("/v1/models", KEYS["team-small"]) for _ in range(6)]  # 6 r/m, burst 2: the 4th within 10 s
+    statuses = [a[0] for a in answers]
+    assert statuses[0] == 200 and 429 in statuses, statuses
+    refused = next(a for a in answers if a[0] == 429)
+    assert refused[2].get("Retry-After") == "1" and json.loads(refused[1])["error"]["type"] == "rate_limit_error"
+
+
+@pytest.mark.parametrize("path", ["/tokenize", "/metrics", "/load", "/v1/embeddings", "/v1/chat/completions/x"])
+def test_a_route_outside_the_allowlist_is_404_and_goes_nowhere(host, path):
+    only_once(host)
+    status, body, _ = call(path, KEYS["team-load"], {"prompt": "x"})
+    assert status == 404 and "Not an API route of this gateway" in body
+    assert access_log()[-1]["upstream"] == ""
+
+
+def test_usage_per_key_in_the_access_log_equals_the_requests_sent(host):
+    only_once(host)
+    before = sum(1 for line in access_log() if line["key_id"] == "team-load")
+    for _ in range(7):
+        assert chat(KEYS["team-load"])[0] == 200
+    log = gw("cat", ACCESS_LOG)
+    assert sum(1 for line in access_log() if line["key_id"] == "team-load") - before == 7
+    for key in (*KEYS.values(), SERVE_KEY):
+        assert key not in log
+
+
+def test_the_gateway_phase_smokes_through_the_fleet_gateway_with_a_team_key(host):
+    """The gateway role's client files and smoke (both APIs, and this fleet's own counters moved) aimed at the
+    fleet's gateway, with a team key."""
+    only_once(host)
+    settings = {"gateway_enabled": True, "gateway_base_url": base(), "gateway_api_key": KEYS["team-load"]}
+    run = playbook("-e", json.dumps(settings), playbook="playbooks/gateway.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    smoke = json.loads((ROOT / "reports/gateway/smoke.json").read_text())
+    assert {c["name"]: c["status"] for c in smoke["checks"]}["fleet_answered"] == "pass", smoke["checks"]
+    assert KEYS["team-load"] not in run.stdout + run.stderr
+
+
+def test_the_bench_phase_measures_the_gateway_against_direct(host):
+    """playbooks/bench.yml with fleet_bench_enabled: the overhead table (figures printed, not judged)."""
+    only_once(host)
+    run = playbook("-e", "fleet_bench_enabled=true", playbook="playbooks/bench.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    result = json.loads((ROOT / "reports/fleet-bench.json").read_text())
+    assert [row["concurrency"] for row in result["levels"]] == [1, 4, 16]
+    assert result["failed"] == 0 and result["completed"] == 2 * 2 * (1 + 4 + 16)  # 2 per stream, both paths
+    print("\n" + (ROOT / "reports/fleet-bench.md").read_text())
+
+
+class Load:
+    """A bounded load through the gateway: `streams` callers in a loop, at most `limit` requests and `seconds`."""
+
+    def __init__(self, streams: int = 4, limit: int = 3000, seconds: float = 600) -> None:
+        self.streams, self.limit, self.deadline = streams, limit, time.monotonic() + seconds
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.sent = 0
+        self.failed: list[str] = []
+        self.threads = [threading.Thread(target=self.caller, args=(i,)) for i in range(streams)]
+
+    def caller(self, index: int) -> None:
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
+            with self.lock:
+                if self.sent >= self.limit:
+                    return
+                self.sent += 1
+            try:
+                status, body, _ = chat(KEYS["team-load"], stream=index % 2 == 1)
+                ok = status == 200 and ("[DONE]" in body if index % 2 else "408" in body)
+            except OSError as error:
+                status, body, ok = 0, repr(error), False
+            if not ok:
+                with self.lock:
+                    self.failed.append(f"{status} {body[:200]}")
+
+    def __enter__(self) -> Load:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=180)
+
+
+def test_a_rolling_change_under_load_fails_no_request(host):
+    only_once(host)
+    hashes = {h: config_hash(h) for h in (H1, H2)}
+    out_of_router: list[int] = []
+    sampling = threading.Event()
+
+    def sample() -> None:
+        for _ in range(1200):  # at most 10 minutes of samples
+            if sampling.is_set():
+                return
+            out_of_router.append(len(WORKERS - router_workers()))
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample)
+    began = time.monotonic()
+    with Load() as load:
+        time.sleep(3)  # the load is flowing before the change starts
+        sampler.start()
+        change = {"serve_extra_args": ["--max-log-len", str(100 + int(time.time()) % 900)]}  # new on every run
+        run = playbook("-e", json.dumps(change))
+        time.sleep(3)
+    sampling.set()
+    sampler.join()
+    took = time.monotonic() - began
+    text = said(run)
+    per_host = re.findall(
+        r"(a800-mol-serve-\d): out of the router on \S+ with (\d+) request\(s\) in flight; (.+?) after ([\d.]+) s", text
+    )
+    back = dict(re.findall(r"(a800-mol-serve-\d): back in the router on \S+ after ([\d.]+) s out", text))
+    print(f"\nrolling change under load: {load.sent} requests sent, {len(load.failed)} failed, "
+          f"at most {max(out_of_router, default=0)} host(s) out of the router, {took:.0f} s in all")  # fmt: skip
+    for h, in_flight, outcome, drained_s in per_host:
+        print(f"  {h}: {in_flight} request(s) in flight as it left, {outcome} after {drained_s} s; "
+              f"{back.get(h, '?')} s out of the router (drain, restart, verify)")  # fmt: skip
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert load.failed == [], load.failed[:5]
+    assert load.sent > 20
+    assert max(out_of_router) == 1  # each host left, never both
+    assert router_workers() == WORKERS
+    assert [h for h, *_ in per_host] == [H1, H2] and sorted(back) == [H1, H2]
+    assert all(outcome == "all finished" for _, _, outcome, _ in per_host), per_host
+    for h in (H1, H2):
+        assert config_hash(h) != hashes[h]
+    assert run.stdout.count("TASK [verify : Judge everything]") == 2  # each host verified before it rejoined
+    ready_h1 = [
+        line.split()[0]
+        for line in subprocess.run(
+            ["docker", "exec", H1, "docker", "logs", "-t", "glm52-nvfp4"], capture_output=True, text=True
+        ).stdout.splitlines()
+        if "Application startup complete." in line
+    ][-1]
+    assert ts(started(H2)) > ts(ready_h1)  # host 2 went down only after host 1 served again
+
+
+def test_the_fleet_play_gives_back_a_host_that_serves_and_names_one_that_does_not(host):
+    only_once(host)
+    gw("curl", "-s", "-X", "POST", f"http://127.0.0.1:30000/remove_worker?url=http://{H2}:8001")
+    run = playbook(playbook="playbooks/fleet.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert router_workers() == WORKERS
+    subprocess.run(["docker", "exec", H2, "docker", "stop", "glm52-nvfp4"], check=True, capture_output=True)
+    try:
+        run = playbook(playbook="playbooks/fleet.yml")
+        assert run.returncode != 0
+        assert f"{H2} at http://{H2}:8001" in said(run)
+    finally:
+        subprocess.run(["docker", "exec", H2, "docker", "start", "glm52-nvfp4"], check=True, capture_output=True)
+        for _ in range(120):  # the next tests start from two serving hosts
+            if http(H2, "/health")[0] == 200:
+                break
+            time.sleep(1)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"fleet_gateway_keys": [{"id": "a", "key": KEYS["team-load"]}, {"id": "b", "key": KEYS["team-load"]}]},
+         "fleet_gateway_keys[1] (id b): key is the same as entry 0 (a)'s"),
+        ({"fleet_gateway_default_limits": {"requests_per_minute": "lots", "burst": 1, "concurrency": 1}},
+         "fleet_gateway_default_limits.requests_per_minute is 'lots', not a whole number"),
+    ],
+)  # fmt: skip
+def test_bad_fleet_settings_are_refused_before_anything_is_reloaded(host, change, says):
+    """Two of the rules through the play (tests/unit/test_fleet.py holds every rule): nothing is written or reloaded."""
+    only_once(host)
+    conf = gw("sha256sum", "/etc/nginx/conf.d/a800-fleet.conf")
+    pids = gw("systemctl", "show", "-p", "MainPID", "a800-vllm-router.service", "nginx.service")
+    run = playbook("-e", json.dumps(change), playbook="playbooks/fleet.yml")
+    assert run.returncode != 0
+    assert "The fleet gateway cannot be set up as given; nothing was changed" in said(run) and says in said(run)
+    for key in (*KEYS.values(), SERVE_KEY):
+        assert key not in run.stdout + run.stderr
+    assert gw("sha256sum", "/etc/nginx/conf.d/a800-fleet.conf") == conf
+    assert gw("systemctl", "show", "-p", "MainPID", "a800-vllm-router.service", "nginx.service") == pids

@@ -1,0 +1,199 @@
+"""Filters of the fleet role: the gateway's keys and limits checked, and the router's workers from the inventory.
+
+Every error names the variable, the entry (by its id, never by its key) and the fix, so that the preflight of the
+fleet role stops before nginx or the router is reloaded.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+# RFC 6750 section 2.1: a bearer token is a b64token, 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+# The same characters need no escaping inside a quoted nginx string, where the gateway's key map holds them.
+KEY_RE = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
+KEY_MIN_LEN = 20
+# The id is what the access log and the usage report show: letters, digits and . _ - (an nginx map value unquoted).
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+KEY_FIELDS = {"id", "key", "requests_per_minute", "burst", "concurrency", "description"}
+LIMITS = {
+    "requests_per_minute": "requests per minute (nginx limit_req rate=N r/m)",
+    "burst": "requests over the rate that wait instead of getting 429 (limit_req burst)",
+    "concurrency": "requests in flight at once (limit_conn)",
+}
+
+
+def _whole(value: Any) -> int | None:
+    """A whole number >= 0 given as an int or a string of digits (-e gives strings); anything else is None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def fleet_key_errors(keys: Any, defaults: dict | None = None) -> list[str]:
+    """What is wrong with fleet_gateway_keys (a list of {id, key, requests_per_minute, burst, concurrency}).
+
+    Limits missing from an entry come from defaults (fleet_gateway_default_limits), which are checked too."""
+    var = "fleet_gateway_keys"
+    errors: list[str] = []
+    defaults = defaults or {}
+    for name in LIMITS:
+        if name in defaults and (_whole(defaults[name]) is None or (_whole(defaults[name]) or 0) < 1):
+            errors.append(
+                f"fleet_gateway_default_limits.{name} is {defaults[name]!r}, not a whole number >= 1 of "
+                f"{LIMITS[name]}; give e.g. {name}: 60"
+            )
+    if not isinstance(keys, list) or not keys:
+        return [
+            *errors,
+            f"{var} is empty or not a list: a gateway without a key refuses every request. Give one entry per team "
+            "({id: team-a, key: <vaulted>, requests_per_minute: 600, burst: 60, concurrency: 16}) in a vaulted "
+            "group_vars file of the gateway hosts (ansible-vault encrypt)",
+        ]
+    ids: dict[str, int] = {}
+    key_owner: dict[str, str] = {}
+    for index, entry in enumerate(keys):
+        where = f"{var}[{index}]"
+        if not isinstance(entry, dict):
+            errors.append(f"{where} is not a mapping; give {{id: ..., key: ...}}")
+            continue
+        ident = entry.get("id")
+        if isinstance(ident, str) and ID_RE.match(ident):
+            where = f"{where} (id {ident})"
+            if ident in ids:
+                errors.append(f"{where}: the id is also entry {ids[ident]}'s; every team needs its own id")
+            ids.setdefault(ident, index)
+        else:
+            errors.append(
+                f"{where}: id {ident!r} is missing or not 1-64 letters, digits, '.', '_' or '-' starting with a letter "
+                "or digit; it is what the access log and the usage report show (never the key)"
+            )
+        unknown = sorted(set(entry) - KEY_FIELDS)
+        if unknown:
+            errors.append(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(KEY_FIELDS))}")
+        key = entry.get("key")
+        if not isinstance(key, str) or not key:
+            errors.append(f"{where}: key is empty; give the team's key (vaulted), e.g. from `openssl rand -hex 24`")
+        elif key != key.strip():
+            errors.append(f"{where}: key has whitespace around it (a copy-paste); remove it")
+        elif not KEY_RE.match(key):
+            errors.append(
+                f"{where}: key has characters a bearer token cannot hold (RFC 6750: letters, digits, - . _ ~ + / and "
+                "trailing =); generate one with `openssl rand -hex 24`"
+            )
+        elif len(key) < KEY_MIN_LEN:
+            errors.append(
+                f"{where}: key is shorter than {KEY_MIN_LEN} characters; generate one with `openssl rand -hex 24`"
+            )
+        else:
+            if key in key_owner:
+                errors.append(
+                    f"{where}: key is the same as entry {key_owner[key]}'s; the access log could not tell the teams "
+                    "apart - give each team its own key"
+                )
+            key_owner.setdefault(key, f"{index} ({ident})")
+        for name in LIMITS:
+            value = entry.get(name, defaults.get(name))
+            number = _whole(value)
+            if name not in entry and name not in defaults:
+                errors.append(f"{where}: {name} is not set and fleet_gateway_default_limits has none; give {name}: N")
+            elif number is None or number < 1:
+                errors.append(
+                    f"{where}: {name} is {value!r}, not a whole number >= 1 of {LIMITS[name]}; give e.g. {name}: 60"
+                )
+    return errors
+
+
+def fleet_keys(keys: list[dict], defaults: dict | None = None) -> list[dict]:
+    """The checked keys with their limits filled in from the defaults, as whole numbers (for the templates)."""
+    defaults = defaults or {}
+    return [
+        {
+            "id": entry["id"],
+            "key": entry["key"],
+            **{name: _whole(entry.get(name, defaults.get(name))) for name in LIMITS},
+        }
+        for entry in keys
+    ]
+
+
+def fleet_workers(hosts: list[str], hostvars: dict, port_default: int = 8001) -> list[dict]:
+    """The router's workers, one per serving host: {host, address, port, url}.
+
+    The address is the host's fleet_worker_address, else its ansible_host, else its inventory name: what the
+    gateway host uses to reach it (the router and nginx resolve it there)."""
+    workers = []
+    for host in hosts:
+        hv = hostvars.get(host, {})
+        address = str(hv.get("fleet_worker_address") or hv.get("ansible_host") or host)
+        port = int(hv.get("serve_port") or port_default)
+        workers.append({"host": host, "address": address, "port": port, "url": f"http://{address}:{port}"})
+    return workers
+
+
+def fleet_worker_errors(workers: list[dict], hostvars: dict, gateway_hosts: list[str]) -> list[str]:
+    """Serving hosts the gateway host could not reach, or two hosts that would be one worker."""
+    errors: list[str] = []
+    if not workers:
+        return [
+            "the router would have no worker: the serving group (fleet_serving_group) has no host in the "
+            "inventory; add the serving hosts to it"
+        ]
+    seen: dict[str, str] = {}
+    for worker in workers:
+        host, url = worker["host"], worker["url"]
+        parts = urlsplit(url)
+        if not parts.hostname:
+            errors.append(f"{host}: the worker URL {url} has no host name; set fleet_worker_address on {host}")
+        if url in seen:
+            errors.append(
+                f"{host} and {seen[url]} are the same worker {url}: the router would send both hosts' share to one; "
+                f"set fleet_worker_address (or ansible_host) on {host} to its own address"
+            )
+        seen.setdefault(url, host)
+        publish = str(hostvars.get(host, {}).get("serve_publish_address", "127.0.0.1"))
+        remote_gateway = any(g != host for g in gateway_hosts)
+        if publish.startswith("127.") and remote_gateway:
+            errors.append(
+                f"{host}: serve_publish_address is {publish} (loopback), so the router on "
+                f"{', '.join(g for g in gateway_hosts if g != host)} cannot reach {url}; set serve_publish_address "
+                f"on {host} to its cluster address (or 0.0.0.0) together with serve_api_key"
+            )
+    return errors
+
+
+def fleet_missing_workers(expected: list[dict], listed: Any) -> list[dict]:
+    """The expected workers that the router does not list (GET /list_workers answers {"urls": [...]})."""
+    urls = set((listed or {}).get("urls", []) if isinstance(listed, dict) else [])
+    return [w for w in expected if w["url"] not in urls]
+
+
+def vllm_requests_in_flight(metrics_text: str) -> int:
+    """Requests running or waiting on a vLLM server, from its /metrics text (vllm:num_requests_running and
+    vllm:num_requests_waiting, summed over engines and models). No text (the server does not answer): 0."""
+    total = 0.0
+    for line in (metrics_text or "").splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return int(total)
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {
+            "fleet_key_errors": fleet_key_errors,
+            "fleet_keys": fleet_keys,
+            "fleet_workers": fleet_workers,
+            "fleet_worker_errors": fleet_worker_errors,
+            "fleet_missing_workers": fleet_missing_workers,
+            "vllm_requests_in_flight": vllm_requests_in_flight,
+        }
