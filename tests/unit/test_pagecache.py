@@ -42,7 +42,9 @@ def test_residency_drops_after_eviction_and_prewarm_restores_it(shards):
     assert cold["percent"] < 50
     result = pagecache.prewarm(shards, workers=2)
     assert result["read_bytes"] >= cold["bytes"] - cold["resident_bytes"]
-    assert result["after"]["percent"] == 100.0
+    # Every page was read; a few may be reclaimed again before they are counted when other work presses on memory
+    # (seen in CI: 99.95 %, 7 pages of 13,056). A prewarm that misses a file or reads one window leaves far less.
+    assert result["after"]["percent"] >= 99.5
 
 
 def test_a_resident_set_is_not_read_again(shards):
