@@ -17,19 +17,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
-import yaml
-from test_serve import H1, H2, ROOT, config_hash, http, only_once, playbook, said, started, ts
+from test_serve import FLEET, H1, H2, ROOT, SERVE_KEY, config_hash, http, only_once, playbook, said, started, ts
 
 testinfra_hosts = ["a800_servers"]
 
 GW = "a800-mol-serve-gw"
 NETWORK = "a800-mol-serve"
-FLEET = yaml.safe_load((Path(__file__).parents[1] / "inventory/fleet.yml").read_text())["all"]["children"]
 KEYS = {k["id"]: k["key"] for k in FLEET["a800_gateways"]["vars"]["fleet_gateway_keys"]}
-SERVE_KEY = FLEET["a800_servers"]["vars"]["serve_api_key"]
 MODEL = "glm-5.2-nvfp4"
 ACCESS_LOG = "/var/log/nginx/a800-fleet-access.log"
 WORKERS = {f"http://{h}:8001" for h in (H1, H2)}

@@ -30,9 +30,8 @@ H1, H2 = "a800-mol-serve-1", "a800-mol-serve-2"
 NAME = "glm52-nvfp4"
 STATE = f"/etc/a800-vllm/{NAME}"
 # The servers' key of the scenario's fleet (inventory/fleet.yml): they publish to the scenario's network.
-SERVE_KEY = yaml.safe_load((Path(__file__).parents[1] / "inventory/fleet.yml").read_text())["all"]["children"][
-    "a800_servers"
-]["vars"]["serve_api_key"]
+FLEET = yaml.safe_load((Path(__file__).parents[1] / "inventory/fleet.yml").read_text())["all"]["children"]
+SERVE_KEY = FLEET["a800_servers"]["vars"]["serve_api_key"]
 # The gateway host of the scenario is not a serving host.
 testinfra_hosts = ["a800_servers"]
 
