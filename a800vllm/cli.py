@@ -99,6 +99,10 @@ def summary(result: Result) -> str:
             entry = result.phase_data(key).get(host)
             if isinstance(entry, dict) and entry.get("message"):
                 lines.append(f"  {key}: {entry.get('container', '')}: {entry['message']}")
+    for host, alerts in result.phase_data("alerts").items():
+        if isinstance(alerts, list):
+            names = ", ".join(f"{a.get('alert')} ({a.get('host')}, {a.get('severity')})" for a in alerts)
+            lines.append(f"{host:<24} alerts: {len(alerts)} firing" + (f": {names}" if names else ""))
     verdict = "OK" if result.ok else result.outcome.upper()
     lines.append(f"{verdict} in {result.duration_s:.0f} s (rc {result.rc})")
     if result.message:

@@ -132,6 +132,35 @@ def nvidia_smi_rows(stdout: str) -> list[dict]:
     ]
 
 
+def verify_monitoring_checks(monitoring: dict, host: str) -> list[dict]:
+    """What the monitoring host's Prometheus says of this host (roles/verify/tasks/monitoring.yml): its /metrics is
+    scraped (up == 1), every alert rule is loaded, and none of them fires for it."""
+    if not monitoring:
+        return []
+    where = f"Prometheus {monitoring.get('prometheus_url', '')}"
+    up = monitoring.get("up")
+    firing = [a for a in monitoring.get("firing") or [] if a.get("host") == host]
+    loaded, expected = monitoring.get("rules_loaded", 0), monitoring.get("rules_expected", 0)
+    return [
+        check(
+            "monitoring:scraped", PASS if up == "1" else FAIL, where, up, "1",
+            f"up{{job=\"vllm\",host=\"{host}\"}} is {up if up is not None else 'absent'}",
+            f"check that {monitoring.get('monitoring_host', 'the monitoring host')} reaches this host's port "
+            "(serve_publish_address, a firewall) and see its targets page /targets",
+        ),
+        check(
+            "monitoring:rules", PASS if expected and loaded == expected else FAIL, where, loaded, expected,
+            f"{loaded} of {expected} alert rules loaded; dashboard: {monitoring.get('dashboard', '')}",
+            "run the monitoring phase (playbooks/monitoring.yml) and read journalctl -u prometheus",
+        ),
+        check(
+            "monitoring:alerts", WARN if firing else PASS, where, len(firing), 0,
+            "; ".join(f"{a['alert']}: {a['summary']}" for a in firing) or "no alert fires for this host",
+            "see the alert's summary; python -m a800vllm status lists every firing alert",
+        ),
+    ]  # fmt: skip
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -139,5 +168,6 @@ class FilterModule:
             "verify_gpu_checks": verify_gpu_checks,
             "verify_summary": verify_summary,
             "verify_kv_capacity_check": verify_kv_capacity_check,
+            "verify_monitoring_checks": verify_monitoring_checks,
             "nvidia_smi_rows": nvidia_smi_rows,
         }

@@ -171,6 +171,29 @@ def test_failed_checks_of_verify_and_serve_and_a_failure_without_checks():
     assert failures["h3"].checks == () and str(failures["h3"]) == "h3: status failed: down"
 
 
+def test_the_status_summary_lists_the_alerts_that_fire():
+    """`a800vllm status` shows the monitoring hosts' firing alerts (a800vllm/playbooks/status.yml, key `alerts`)."""
+    from a800vllm.cli import summary
+
+    firing = [{"alert": "A800VllmDown", "host": "h1", "severity": "critical", "summary": "s"}]
+    events = [
+        {
+            "event": "playbook_on_stats",
+            "event_data": {
+                "processed": {"h1": 1, "gw": 1},
+                "failures": {"h1": 1},
+                "artifact_data": {"alerts": {"gw": firing}, "status": {"h1": {"message": "not running"}}},
+            },
+        }
+    ]
+    text = summary(build(events, "failed", 2))
+    assert "gw                       alerts: 1 firing: A800VllmDown (h1, critical)" in text
+    quiet = [
+        {"event": "playbook_on_stats", "event_data": {"processed": {"gw": 1}, "artifact_data": {"alerts": {"gw": []}}}}
+    ]
+    assert "alerts: 0 firing" in summary(build(quiet, "successful", 0))
+
+
 def test_result_as_json():
     document = json.loads(build(recorded("preflight-4gpu"), "failed", 2).to_json())
     assert document["outcome"] == "failed" and document["exit_code"] == 1 and document["ok"] is False

@@ -17,6 +17,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# promtool, amtool and mtail for the monitoring tests (tests/unit/test_monitoring.py): the distribution's own binaries,
+# unpacked from their packages into .tools/ without installing or starting the services on this machine.
+tools="$here/../../.tools/monitoring/bin"
+if [ ! -x "$tools/promtool" ] || [ ! -x "$tools/amtool" ] || [ ! -x "$tools/mtail" ]; then
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq prometheus prometheus-alertmanager mtail 2>/dev/null)
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
+  mkdir -p "$tools"
+  cp "$tmp/root/usr/bin/promtool" "$tmp/root/usr/bin/amtool" "$tmp/root/usr/bin/mtail" "$tools/"
+  rm -rf "$tmp"
+fi
 if ! docker info >/dev/null 2>&1; then
   $sudo "$here/ensure-dockerd.sh"
 fi

@@ -3,7 +3,7 @@
 # side.
 #
 #   tests/testbed/run-scenarios.sh serve,preflight-negative airgap,field default,driver-upgrade,real-engine
-#   tests/testbed/run-scenarios.sh field serve,driver-upgrade make:unit,make:contract,default ...
+#   tests/testbed/run-scenarios.sh field +serve,driver-upgrade make:unit,make:contract,default ...
 #
 # An item is a scenario of molecule/ (`molecule test -s NAME`) or `make:TARGET` (`make TARGET`, e.g. the pytest
 # suites, which wait on servers much of the time and fill the CPU the scenarios leave idle). Every scenario of
@@ -18,9 +18,16 @@ mkdir -p .ansible-home
 summary=.ansible-home/molecule-summary
 : >"$summary"
 
-lane() {  # lane number, items (comma-separated)
+# A lane written +ITEMS is the critical one (the longest): when there is one, the other lanes run at a lower CPU
+# priority (nice 10, inherited by their ansible-playbook, pytest and vLLM processes; the containers' own processes
+# keep theirs), so that the longest lane is not the last to finish on a saturated machine.
+priority=false
+for spec in "$@"; do [ "${spec#+}" = "$spec" ] || priority=true; done
+
+lane() {  # lane number, items (comma-separated; a leading + marks the critical lane)
   local n=$1 item start ok rc=0
-  for item in ${2//,/ }; do
+  if [ "$priority" = true ] && [ "${2#+}" = "$2" ]; then renice -n 10 -p "$BASHPID" >/dev/null; fi
+  for item in $(echo "${2#+}" | tr ',' ' '); do
     start=$(date +%s)
     case $item in
       make:*) make --no-print-directory "${item#make:}" && ok=PASS || ok=FAIL ;;
@@ -33,7 +40,7 @@ lane() {  # lane number, items (comma-separated)
 }
 
 # Every scenario of molecule/ in exactly one lane: a new scenario cannot be left out of CI by accident.
-items=$(echo "$@" | tr ', ' '\n\n' | grep .)
+items=$(echo "$@" | tr -d '+' | tr ', ' '\n\n' | grep .)
 given=$(echo "$items" | grep -v '^make:' | sort)
 present=$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -n1 basename | sort)
 if [ "$given" != "$present" ]; then
@@ -57,6 +64,11 @@ for i in $(seq 1 "$n"); do
 done
 echo "----- lanes -----"
 cat "$summary"
+# When an item failed, the failures themselves, last, so that the tail of a long log (what CI keeps) names them
+# (rescued tasks print `fatal:` too: read the lane's log above for the whole story).
+[ $rc -eq 0 ] || failures=$(grep -h -o -E '(FAILED|ERROR) [A-Za-z0-9_/.-]+\.py[^ ]*( - .{0,200})?|fatal: \[[^]]+\]: .{0,300}' \
+  .ansible-home/molecule-lane-*.log | sort -u | head -40)
+[ -z "${failures:-}" ] || { echo "----- failures -----"; echo "$failures"; }
 want=$(echo "$items" | grep -c .)
 got=$(grep -c . "$summary")
 [ "$want" = "$got" ] || { echo "ran $got of $want items"; rc=1; }

@@ -1,0 +1,140 @@
+"""What Prometheus scrapes, computed from the inventory (roles/monitoring, docs/monitoring.md), and the rules' and
+dashboards' own checks: the expressions a dashboard asks, and the alerts Prometheus reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+
+def _address(host: str, hostvars: dict, self_host: str) -> str:
+    """How the monitoring host reaches a host: itself on loopback, another by its monitoring_address, else its
+    fleet_worker_address, else its ansible_host, else its inventory name."""
+    if host == self_host:
+        return "127.0.0.1"
+    hv = hostvars.get(host, {})
+    return str(hv.get("monitoring_address") or hv.get("fleet_worker_address") or hv.get("ansible_host") or host)
+
+
+def monitoring_scrape_jobs(groups: dict, hostvars: dict, self_host: str, settings: dict) -> list[dict]:
+    """The scrape jobs, each {job_name, targets: [{host, address}]}: vllm (every serving host's /metrics), vllm_health
+    (its /health, probed through the blackbox exporter: `probe` set, the address a URL), node (node
+    exporter on every serving, gateway and monitoring host), dcgm (the serving hosts with monitoring_dcgm_enabled),
+    router and gateway (vllm-router's and mtail's metrics on every gateway host)."""
+    servers = list(groups.get(settings["serving_group"], []))
+    gateways = list(groups.get(settings["gateway_group"], []))
+    monitors = list(groups.get(settings["monitoring_group"], []))
+
+    def targets(hosts: list[str], port_of) -> list[dict]:
+        seen: list[str] = []
+        for host in hosts:
+            if host not in seen:
+                seen.append(host)
+        return [{"host": h, "address": f"{_address(h, hostvars, self_host)}:{port_of(h)}"} for h in seen]
+
+    def var(host: str, name: str, default: Any) -> Any:
+        value = hostvars.get(host, {}).get(name)
+        return default if value in (None, "") else value
+
+    vllm = targets(servers, lambda h: int(var(h, "serve_port", settings["vllm_port"])))
+    jobs = [
+        {"job_name": "vllm", "targets": vllm},
+        # /health through the blackbox exporter on this host: 503 once the engine died, even while /metrics answers.
+        {
+            "job_name": "vllm_health",
+            "probe": True,
+            "targets": [{"host": t["host"], "address": f"http://{t['address']}/health"} for t in vllm],
+        },
+        {"job_name": "node", "targets": targets(servers + gateways + monitors, lambda h: settings["node_port"])},
+        {
+            "job_name": "dcgm",
+            "targets": targets(
+                [h for h in servers if str(var(h, "monitoring_dcgm_enabled", True)).lower() in ("true", "1", "yes")],
+                lambda h: settings["dcgm_port"],
+            ),
+        },
+        {
+            "job_name": "router",
+            "targets": targets(gateways, lambda h: int(var(h, "fleet_router_metrics_port", settings["router_port"]))),
+        },
+        {
+            "job_name": "gateway",
+            "targets": targets(gateways, lambda h: int(var(h, "fleet_gateway_metrics_port", settings["gateway_port"]))),
+        },
+    ]
+    return [job for job in jobs if job["targets"]]
+
+
+def monitoring_target_errors(groups: dict, hostvars: dict, self_host: str, serving_group: str) -> list[str]:
+    """Serving hosts whose /metrics the monitoring host could not reach: published on loopback to another host."""
+    errors = []
+    for host in groups.get(serving_group, []):
+        publish = str(hostvars.get(host, {}).get("serve_publish_address", "127.0.0.1"))
+        if host != self_host and publish.startswith("127."):
+            errors.append(
+                f"{host}: serve_publish_address is {publish} (loopback), so Prometheus on {self_host} cannot scrape "
+                f"its /metrics; set serve_publish_address on {host} to its cluster address (or 0.0.0.0) together "
+                f"with serve_api_key, or put {host} itself in the monitoring group"
+            )
+    return errors
+
+
+def monitoring_dashboard_queries(dashboard: dict, substitutions: dict | None = None) -> list[dict]:
+    """Every PromQL expression of a Grafana dashboard, {panel, ref, expr, needs}, with Grafana's variables replaced
+    (by default $__rate_interval -> 1m and every other $var -> .*). `needs` is the panel's description tag
+    `needs: X` (e.g. a GPU panel needs dcgm), so that a test bed without that source can say what it skipped."""
+    subs = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h"}
+    subs.update(substitutions or {})
+    names = [str(v.get("name")) for v in dashboard.get("templating", {}).get("list", [])]
+    queries = []
+
+    def walk(panels: list) -> None:
+        for panel in panels:
+            walk(panel.get("panels", []))
+            needs = ""
+            for word in str(panel.get("description", "")).split(";"):
+                if word.strip().startswith("needs:"):
+                    needs = word.split(":", 1)[1].strip()
+            for target in panel.get("targets", []):
+                expr = str(target.get("expr", ""))
+                if not expr:
+                    continue
+                for key, value in subs.items():
+                    expr = expr.replace(key, value)
+                for name in names:
+                    expr = expr.replace(f"${{{name}}}", ".*").replace(f"${name}", ".*")
+                if "$" in expr:
+                    raise AnsibleFilterError(f"panel {panel.get('title')!r}: unknown variable in {target['expr']!r}")
+                queries.append({"panel": panel.get("title"), "ref": target.get("refId"), "expr": expr, "needs": needs})
+
+    walk(dashboard.get("panels", []))
+    return queries
+
+
+def monitoring_firing(alerts_response: dict) -> list[dict]:
+    """The firing alerts of Prometheus' /api/v1/alerts answer, {alert, severity, host, summary, since}, worst first."""
+    alerts = (alerts_response or {}).get("data", {}).get("alerts", [])
+    firing = [
+        {
+            "alert": a.get("labels", {}).get("alertname", ""),
+            "severity": a.get("labels", {}).get("severity", ""),
+            "host": a.get("labels", {}).get("host", a.get("labels", {}).get("instance", "")),
+            "summary": a.get("annotations", {}).get("summary", ""),
+            "since": a.get("activeAt", ""),
+        }
+        for a in alerts
+        if a.get("state") == "firing"
+    ]
+    order = {"critical": 0, "warning": 1}
+    return sorted(firing, key=lambda a: (order.get(a["severity"], 2), a["alert"], a["host"]))
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {
+            "monitoring_scrape_jobs": monitoring_scrape_jobs,
+            "monitoring_target_errors": monitoring_target_errors,
+            "monitoring_dashboard_queries": monitoring_dashboard_queries,
+            "monitoring_firing": monitoring_firing,
+        }

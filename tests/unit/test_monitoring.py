@@ -1,0 +1,361 @@
+"""The monitoring role's rules, routes, dashboards and scrape jobs (roles/monitoring, docs/monitoring.md), checked by
+the tools Prometheus itself ships: promtool (check rules, test rules), amtool (check-config, config routes test) and
+mtail (the gateway's log program), the distribution's binaries unpacked into .tools/ by tests/testbed/install-deps.sh.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from plugins.filter.monitoring import (
+    monitoring_dashboard_queries,
+    monitoring_firing,
+    monitoring_scrape_jobs,
+    monitoring_target_errors,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / ".tools" / "monitoring" / "bin"
+ROLE = ROOT / "roles" / "monitoring"
+TESTS = ROOT / "tests" / "monitoring"
+DASHBOARD = ROLE / "files" / "dashboards" / "a800-vllm.json"
+DCGM_COUNTERS = ROOT / "tests" / "fixtures" / "dcgm-exporter" / "default-counters.csv"
+REAL_VLLM = ROOT / "tests" / "contract" / "REAL_VLLM_SHAPES.md"
+DOUBLE_METRICS = ROOT / "tests" / "doubles" / "vllm" / "src" / "vllm" / "_double" / "metrics.py"
+
+
+def tool(name: str) -> str:
+    path = TOOLS / name
+    assert path.exists(), f"{path} is missing: run tests/testbed/install-deps.sh (make deps)"
+    return str(path)
+
+
+def run(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=cwd, check=False)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> Path:
+    """The rule and Alertmanager files exactly as the role writes them, with the production inventory's profile."""
+    out = tmp_path_factory.mktemp("monitoring")
+    result = run(
+        str(ROOT / ".venv" / "bin" / "ansible-playbook"),
+        "-i",
+        str(ROOT / "inventories" / "prod"),
+        str(TESTS / "render.yml"),
+        "-e",
+        f"monitoring_render_dir={out}",
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    shutil.copy(TESTS / "a800-alerts.test.yml", out)
+    return out
+
+
+def rule_data() -> list[dict]:
+    groups = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__monitoring_rule_groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def rendered_rules(rendered: Path) -> list[dict]:
+    doc = yaml.safe_load((rendered / "a800-alerts.yml").read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+# --- rules ----------------------------------------------------------------------------------------------------------
+
+
+def test_promtool_accepts_the_rules_and_every_case_passes(rendered):
+    check = run(tool("promtool"), "check", "rules", str(rendered / "a800-alerts.yml"))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"SUCCESS: {len(rule_data())} rules found" in check.stdout
+    test = run(tool("promtool"), "test", "rules", str(rendered / "a800-alerts.test.yml"))
+    assert test.returncode == 0, test.stdout + test.stderr
+
+
+def test_every_rule_has_a_case_that_fires_and_one_that_stays_quiet():
+    cases = yaml.safe_load((TESTS / "a800-alerts.test.yml").read_text())["tests"]
+    fires: set[str] = set()
+    quiet: set[str] = set()
+    for case in cases:
+        for check in case["alert_rule_test"]:
+            (fires if check["exp_alerts"] else quiet).add(check["alertname"])
+    names = [rule["alert"] for rule in rule_data()]
+    assert len(names) == len(set(names)) == 13
+    verify = yaml.safe_load((ROOT / "roles/verify/defaults/main.yml").read_text())
+    assert verify["verify_monitoring_rules"] == len(names), "roles/verify counts the rules it expects loaded"
+    assert sorted(fires) == sorted(names), "a rule without a case that fires"
+    assert sorted(quiet) == sorted(names), "a rule without a case that stays quiet"
+
+
+def test_a_case_with_the_wrong_expectation_fails(rendered, tmp_path):
+    """The cases can fail: the engine-down case expecting a quiet rule is refused."""
+    doc = yaml.safe_load((rendered / "a800-alerts.test.yml").read_text())
+    doc["tests"] = [doc["tests"][0]]
+    doc["tests"][0]["alert_rule_test"][0]["exp_alerts"] = []
+    doc["rule_files"] = [str(rendered / "a800-alerts.yml")]
+    (tmp_path / "wrong.test.yml").write_text(yaml.safe_dump(doc))
+    result = run(tool("promtool"), "test", "rules", str(tmp_path / "wrong.test.yml"))
+    assert result.returncode != 0
+    assert "A800VllmDown" in result.stdout + result.stderr
+
+
+def test_a_rule_that_does_not_parse_is_refused_before_prometheus_reads_it(rendered, tmp_path):
+    """What the role's `validate: promtool check rules %s` does with a threshold that is not a number."""
+    text = (rendered / "a800-alerts.yml").read_text().replace("> 0.9", "> ninety percent", 1)
+    (tmp_path / "bad.yml").write_text(text)
+    result = run(tool("promtool"), "check", "rules", str(tmp_path / "bad.yml"))
+    assert result.returncode != 0
+    assert "A800VllmKvCacheHigh" in result.stdout + result.stderr or "parse" in result.stdout + result.stderr
+
+
+def test_every_rule_names_its_severity_and_the_source_of_its_threshold(rendered):
+    for rule in rendered_rules(rendered):
+        assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
+        assert rule["annotations"]["threshold"], rule["alert"]
+        assert "{{ $labels.host }}" in rule["annotations"]["summary"] or "key_id" in rule["annotations"]["summary"]
+
+
+def test_the_thresholds_come_from_the_profile_and_the_weights_role(rendered):
+    rules = {rule["alert"]: rule for rule in rendered_rules(rendered)}
+    profile = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"]
+    assert rules["A800VllmTtftP95High"]["expr"].endswith(f"> {profile['baselines']['ttft_s']['range'][1]}")
+    weights = yaml.safe_load((ROOT / "roles/weights/defaults/main.yml").read_text())
+    assert rules["A800WeightsPageCacheLow"]["expr"].endswith(f"< {weights['weights_residency_threshold_pct'] / 100}")
+    assert "vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc" in rules["A800VllmKvCacheHigh"]["expr"]
+
+
+# --- Alertmanager ---------------------------------------------------------------------------------------------------
+
+
+def test_amtool_accepts_the_routes_and_sends_each_severity_to_its_receiver(rendered):
+    config = str(rendered / "alertmanager.yml")
+    check = run(tool("amtool"), "check-config", config)
+    assert check.returncode == 0, check.stdout + check.stderr
+    for rule in rendered_rules(rendered):
+        severity = rule["labels"]["severity"]
+        got = run(
+            tool("amtool"), "config", "routes", "test", f"--config.file={config}",
+            f"alertname={rule['alert']}", f"severity={severity}",
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        want = "a800-critical" if severity == "critical" else "a800-default"
+        assert got.stdout.strip() == want, (rule["alert"], got.stdout)
+
+
+def test_amtool_refuses_a_route_to_a_receiver_that_does_not_exist(rendered, tmp_path):
+    doc = yaml.safe_load((rendered / "alertmanager.yml").read_text())
+    doc["route"]["routes"][0]["receiver"] = "pager-that-is-not-defined"
+    (tmp_path / "am.yml").write_text(yaml.safe_dump(doc))
+    result = run(tool("amtool"), "check-config", str(tmp_path / "am.yml"))
+    assert result.returncode != 0
+    assert "pager-that-is-not-defined" in result.stdout + result.stderr
+
+
+# --- dashboards -----------------------------------------------------------------------------------------------------
+
+
+def dashboard_queries() -> list[dict]:
+    return monitoring_dashboard_queries(json.loads(DASHBOARD.read_text()))
+
+
+def test_every_dashboard_query_parses(tmp_path):
+    """promtool parses each expression as a recording rule: a query Prometheus would reject fails here."""
+    queries = dashboard_queries()
+    assert len(queries) >= 20
+    rules = [{"record": f"a800:dashboard_query_{i}", "expr": q["expr"]} for i, q in enumerate(queries)]
+    (tmp_path / "queries.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = run(tool("promtool"), "check", "rules", str(tmp_path / "queries.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (tmp_path / "bad.yml").write_text(
+        yaml.safe_dump({"groups": [{"name": "d", "rules": [{"record": "a800:x", "expr": "sum(rate(x[1m])"}]}]})
+    )
+    assert run(tool("promtool"), "check", "rules", str(tmp_path / "bad.yml")).returncode != 0
+
+
+def test_the_dashboard_is_grafana_json_with_its_variables_and_unique_panels():
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "a800-vllm"
+    names = [v["name"] for v in dashboard["templating"]["list"]]
+    assert names == ["datasource", "host"]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        assert all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"])
+    with pytest.raises(Exception, match="unknown variable"):
+        monitoring_dashboard_queries({"panels": [{"title": "x", "targets": [{"expr": "up{a=~'$nope'}"}]}]})
+
+
+def metric_names(expr: str) -> set[str]:
+    words = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", re.sub(r'"[^"]*"', "", expr)))
+    return {w for w in words if w.startswith(("vllm:", "DCGM_", "a800_"))}
+
+
+def all_exprs() -> list[str]:
+    return [str(r["expr"]) for r in rule_data()] + [q["expr"] for q in dashboard_queries()]
+
+
+def test_the_vllm_names_are_the_real_engines_and_the_doubles():
+    """Every vllm: series the rules and dashboards read is one the real vLLM 0.32.0 exports (recorded,
+    tests/contract/REAL_VLLM_SHAPES.md) and the double exports, except the KV gauge's old name (vLLM before 0.10)
+    and MTP's counters (a CPU engine has no speculative decoding: their names are vLLM's own dashboards')."""
+    real = set(re.findall(r"^(vllm:[a-z0-9_:]+) (?:gauge|counter|histogram)", REAL_VLLM.read_text(), re.M))
+    double = set(re.findall(r'"(vllm:[a-z0-9_]+)"', DOUBLE_METRICS.read_text()))
+    not_on_cpu = {
+        "vllm:gpu_cache_usage_perc",
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_drafts_total",
+    }
+    used = set().union(*(metric_names(e) for e in all_exprs()))
+    base = {re.sub(r"_(bucket|count|sum)$", "", n) for n in used if n.startswith("vllm:")}
+    assert base - not_on_cpu <= real, base - not_on_cpu - real
+    assert base - {"vllm:gpu_cache_usage_perc"} <= double, base - double
+
+
+def test_the_dcgm_names_are_in_dcgm_exporters_default_counters():
+    counters = {
+        line.split(",")[0].strip()
+        for line in DCGM_COUNTERS.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    used = set().union(*(metric_names(e) for e in all_exprs()))
+    dcgm = {n for n in used if n.startswith("DCGM_")}
+    assert dcgm >= {"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_ROW_REMAP_FAILURE"}
+    assert dcgm <= counters, dcgm - counters
+
+
+# --- the gateway's metrics --------------------------------------------------------------------------------------------
+
+
+def test_mtail_counts_the_gateways_log_lines_per_key_and_status(tmp_path):
+    """The access-log line format of roles/fleet/templates/a800-fleet.conf.j2, rendered by nginx, read by the
+    program of roles/fleet/files/a800-gateway.mtail."""
+    conf = (ROOT / "roles/fleet/templates/a800-fleet.conf.j2").read_text()
+    fmt = "".join(re.findall(r"'([^']*)'", conf.split("log_format a800_fleet escape=json", 1)[1].split(";", 1)[0]))
+
+    def line(key_id: str, status: int, seconds: str) -> str:
+        values = {
+            "$time_iso8601": "2026-12-02T10:00:00+00:00", "$a800_key_id": key_id, "$request_method": "POST",
+            "$uri": "/v1/chat/completions", "$status": str(status), "$request_time": seconds,
+            "$upstream_addr": "127.0.0.1:30000", "$upstream_status": str(status), "$upstream_response_time": seconds,
+            "$body_bytes_sent": "512",
+        }  # fmt: skip
+        out = fmt
+        for name in sorted(values, key=len, reverse=True):
+            out = out.replace(name, values[name])
+        json.loads(out)
+        return out
+
+    lines = [
+        line("team-a", 200, "0.512"),
+        line("team-a", 200, "1.000"),
+        line("team-b", 429, "0.000"),
+        line("", 401, "0.000"),
+    ]
+    (tmp_path / "access.log").write_text("\n".join(lines) + "\n")
+    program = tmp_path / "a800-gateway.mtail"
+    shutil.copy(ROOT / "roles/fleet/files/a800-gateway.mtail", program)
+    result = run(
+        tool("mtail"), "--one_shot", "--one_shot_format", "prometheus", "--logtostderr",
+        "--progs", str(program), "--logs", str(tmp_path / "access.log"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    series = dict(re.findall(r"^(a800_gateway_requests_total\{[^}]*\}) (\S+)$", result.stdout, re.M))
+    got = {
+        (re.search(r'key_id="([^"]*)"', k).group(1), re.search(r'status="(\d+)"', k).group(1)): float(v)
+        for k, v in series.items()
+    }
+    assert got == {("team-a", "200"): 2.0, ("team-b", "429"): 1.0, ("", "401"): 1.0}
+
+
+# --- scrape jobs and alerts -----------------------------------------------------------------------------------------
+
+SETTINGS = {
+    "serving_group": "a800_servers",
+    "gateway_group": "a800_gateways",
+    "monitoring_group": "a800_monitoring",
+    "vllm_port": 8001,
+    "node_port": 9100,
+    "dcgm_port": 9400,
+    "router_port": 29000,
+    "gateway_port": 3903,
+}
+
+
+def test_the_scrape_jobs_follow_the_inventory():
+    groups = {"a800_servers": ["gpu-1", "gpu-2"], "a800_gateways": ["gw"], "a800_monitoring": ["gw"]}
+    hostvars = {
+        "gpu-1": {"ansible_host": "10.0.0.1", "serve_port": 8002},
+        "gpu-2": {"ansible_host": "10.0.0.2", "monitoring_address": "gpu-2.lan", "monitoring_dcgm_enabled": False},
+        "gw": {"ansible_host": "10.0.0.9"},
+    }
+    jobs = {j["job_name"]: j["targets"] for j in monitoring_scrape_jobs(groups, hostvars, "gw", SETTINGS)}
+    assert jobs["vllm"] == [
+        {"host": "gpu-1", "address": "10.0.0.1:8002"},
+        {"host": "gpu-2", "address": "gpu-2.lan:8001"},
+    ]
+    assert [t["address"] for t in jobs["vllm_health"]] == [
+        "http://10.0.0.1:8002/health",
+        "http://gpu-2.lan:8001/health",
+    ]
+    assert [t["address"] for t in jobs["node"]] == ["10.0.0.1:9100", "gpu-2.lan:9100", "127.0.0.1:9100"]
+    assert jobs["dcgm"] == [{"host": "gpu-1", "address": "10.0.0.1:9400"}]
+    assert jobs["router"] == [{"host": "gw", "address": "127.0.0.1:29000"}]
+    assert jobs["gateway"] == [{"host": "gw", "address": "127.0.0.1:3903"}]
+    single = monitoring_scrape_jobs({"a800_servers": ["one"], "a800_monitoring": ["one"]}, {}, "one", SETTINGS)
+    assert [j["job_name"] for j in single] == ["vllm", "vllm_health", "node", "dcgm"]
+
+
+def test_a_serving_host_published_on_loopback_to_another_monitoring_host_is_named():
+    groups = {"a800_servers": ["gpu-1", "gpu-2"]}
+    hostvars = {"gpu-1": {"serve_publish_address": "0.0.0.0"}, "gpu-2": {}}
+    errors = monitoring_target_errors(groups, hostvars, "gw", "a800_servers")
+    assert len(errors) == 1 and errors[0].startswith("gpu-2: serve_publish_address is 127.0.0.1")
+    assert monitoring_target_errors(groups, hostvars, "gpu-2", "a800_servers") == []
+
+
+def test_the_firing_alerts_are_listed_worst_first():
+    answer = {
+        "data": {
+            "alerts": [
+                {"labels": {"alertname": "A800VllmRequestsWaiting", "severity": "warning", "host": "b"},
+                 "annotations": {"summary": "s1"}, "state": "firing", "activeAt": "t1"},
+                {"labels": {"alertname": "A800VllmDown", "severity": "critical", "host": "a"},
+                 "annotations": {"summary": "s2"}, "state": "firing", "activeAt": "t2"},
+                {"labels": {"alertname": "A800VllmKvCacheHigh", "severity": "warning", "host": "a"},
+                 "annotations": {}, "state": "pending", "activeAt": "t3"},
+            ]
+        }
+    }  # fmt: skip
+    got = monitoring_firing(answer)
+    assert [(a["alert"], a["host"]) for a in got] == [("A800VllmDown", "a"), ("A800VllmRequestsWaiting", "b")]
+    assert monitoring_firing({}) == []
+
+
+def test_the_verify_checks_say_whether_this_host_is_watched():
+    from plugins.filter.verify_report import verify_monitoring_checks
+
+    other = [{"alert": "A800VllmDown", "host": "other", "summary": "s"}]
+    watched = {"prometheus_url": "http://gw:9090", "up": "1", "rules_loaded": 13, "rules_expected": 13,
+               "firing": other, "dashboard": "gw:/d.json"}  # fmt: skip
+    assert [c["status"] for c in verify_monitoring_checks(watched, "h1")] == ["pass", "pass", "pass"]
+    missed = dict(
+        watched, up=None, rules_loaded=12, firing=[{"alert": "A800VllmKvCacheHigh", "host": "h1", "summary": "KV"}]
+    )
+    checks = {c["name"]: c for c in verify_monitoring_checks(missed, "h1")}
+    assert checks["monitoring:scraped"]["status"] == "fail" and "absent" in checks["monitoring:scraped"]["detail"]
+    assert checks["monitoring:rules"]["status"] == "fail"
+    assert (
+        checks["monitoring:alerts"]["status"] == "warn"
+        and "A800VllmKvCacheHigh: KV" in checks["monitoring:alerts"]["detail"]
+    )
+    assert verify_monitoring_checks({}, "h1") == []
