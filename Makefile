@@ -113,9 +113,10 @@ molecule: venv contract-venv images  ## every Molecule scenario, in lanes side b
 # serve, the longest, is the critical lane (+): the others run at a lower CPU priority.
 # Measured on the 2-CPU machine: one scenario alone keeps ~0.6 CPU busy on average (it waits on servers, loads and
 # benchmarks); four lanes saturate the two CPUs (each item ~2x its time alone), so the lanes keep the CPUs full and
-# the work decides the time. The lanes are balanced on their measured times there (serve ~3,000 s, field ~2,600 s and
-# real-engine ~2,700 s each lead one). Each phase is timed (.ansible-home/phase-times), each lane item too
-# (molecule-summary).
+# the work decides the time. The lanes are balanced on their measured times there; with serve as the critical lane
+# (a fresh CI run: setup 294 s, lanes 2,612 s, all 2,912 s) serve took 2,612 s, the lint and field lane 2,446 s,
+# real-engine and airgap 2,400 s, the pytest suites and the small scenarios 2,442 s (2,890 s for serve alone before,
+# with less work). Each phase is timed (.ansible-home/phase-times), each lane item too (molecule-summary).
 CI_LANES ?= make:lint,field,preflight-negative +serve real-engine,airgap make:unit,make:contract,make:bench-smoke,default,driver-upgrade
 test:  ## everything CI runs: setup, then the lint, the suites and every scenario in lanes (CI_LANES), each timed
 	@mkdir -p .ansible-home && : > .ansible-home/phase-times
