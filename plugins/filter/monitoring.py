@@ -26,12 +26,9 @@ def monitoring_scrape_jobs(groups: dict, hostvars: dict, self_host: str, setting
     gateways = list(groups.get(settings["gateway_group"], []))
     monitors = list(groups.get(settings["monitoring_group"], []))
 
-    def targets(hosts: list[str], port_of) -> list[dict]:
-        seen: list[str] = []
-        for host in hosts:
-            if host not in seen:
-                seen.append(host)
-        return [{"host": h, "address": f"{_address(h, hostvars, self_host)}:{port_of(h)}"} for h in seen]
+    def targets(hosts: list[str], port_of) -> list[dict]:  # each host once, in inventory order
+        unique = dict.fromkeys(hosts)
+        return [{"host": h, "address": f"{_address(h, hostvars, self_host)}:{port_of(h)}"} for h in unique]
 
     def var(host: str, name: str, default: Any) -> Any:
         value = hostvars.get(host, {}).get(name)
