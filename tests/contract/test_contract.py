@@ -268,17 +268,12 @@ def test_requests_in_flight_read_from_the_metrics_during_a_stream(server):
         time.sleep(0.2)
     after = server.get("/metrics", key=None).text
     assert vllm_requests_in_flight(after) == 0
-    still_generating = metric_value(during, "vllm:generation_tokens_total") < metric_value(
-        after, "vllm:generation_tokens_total"
+    families_during, families_after = openai_api.parse_prometheus(during), openai_api.parse_prometheus(after)
+    assert "vllm:generation_tokens_total" in families_during
+    still_generating = openai_api.metric_total(families_during, "vllm:generation_tokens_total") < (
+        openai_api.metric_total(families_after, "vllm:generation_tokens_total")
     )
     assert vllm_requests_in_flight(during) in ((1,) if still_generating else (0, 1))
-
-
-def metric_value(text: str, name: str) -> float:
-    """The sum of a metric's samples in a Prometheus text exposition."""
-    values = re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$", text, re.M)
-    assert values, f"{name} is not in the exposition"
-    return sum(float(v) for v in values)
 
 
 # --- command line ---------------------------------------------------------------------------------------------------
