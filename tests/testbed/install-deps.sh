@@ -5,7 +5,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-packages=(docker.io debootstrap rsync iptables dpkg-dev fio vmtouch gnupg openssh-client)  # gnupg: stand-in repository keys; ssh: an unreachable host in the API tests
+packages=(docker.io debootstrap rsync iptables dpkg-dev fio vmtouch gnupg openssh-client stress-ng)  # gnupg: stand-in repository keys; ssh: an unreachable host in the API tests; stress-ng: make test-under-load
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,13 +10,15 @@
 # molecule/ must be named exactly once, so that none is left out of CI by accident; a lane goes on after a failed
 # item, so that one run shows every failure. Scenarios never share a host name (each names its own
 # platforms), so lanes do not collide. Each lane writes its log to .ansible-home/molecule-lane-N.log; at the end
-# every log is printed, lane by lane, then one line per item with its result and duration. Exits 1 when any item
-# failed.
+# every log is printed, lane by lane, then one line per item with its result and duration, then what failed the
+# items that failed. Exits 1 when any item failed. Each item's own log: .ansible-home/item-NAME.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .ansible-home
 summary=.ansible-home/molecule-summary
+failed_logs=.ansible-home/failed-item-logs
 : >"$summary"
+: >"$failed_logs"
 
 # A lane written +ITEMS is the critical one (the longest): when there is one, the other lanes run at a lower CPU
 # priority (nice 10, inherited by their ansible-playbook, pytest and vLLM processes; the containers' own processes
@@ -29,12 +31,14 @@ lane() {  # lane number, items (comma-separated; a leading + marks the critical 
   if [ "$priority" = true ] && [ "${2#+}" = "$2" ]; then renice -n 10 -p "$BASHPID" >/dev/null; fi
   for item in $(echo "${2#+}" | tr ',' ' '); do
     start=$(date +%s)
+    log=".ansible-home/item-${item#make:}.log"
     case $item in
-      make:*) make --no-print-directory "${item#make:}" && ok=PASS || ok=FAIL ;;
-      *) molecule test -s "$item" && ok=PASS || ok=FAIL ;;
+      make:*) make --no-print-directory "${item#make:}" >"$log" 2>&1 && ok=PASS || ok=FAIL ;;
+      *) molecule test -s "$item" >"$log" 2>&1 && ok=PASS || ok=FAIL ;;
     esac
+    cat "$log"
     echo "$ok  $item  $(( $(date +%s) - start )) s  (lane $n)" >>"$summary"
-    [ "$ok" = PASS ] || rc=1
+    [ "$ok" = PASS ] || { rc=1; echo "$log" >>"$failed_logs"; }
   done
   return $rc
 }
@@ -43,7 +47,13 @@ lane() {  # lane number, items (comma-separated; a leading + marks the critical 
 items=$(echo "$@" | tr -d '+' | tr ', ' '\n\n' | grep .)
 given=$(echo "$items" | grep -v '^make:' | sort)
 present=$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -n1 basename | sort)
-if [ "$given" != "$present" ]; then
+# RUN_SCENARIOS_SUBSET=true (tests/testbed/under-load.sh) runs only the items named, each scenario at most once.
+if [ "${RUN_SCENARIOS_SUBSET:-false}" = true ]; then
+  if [ -n "$(echo "$given" | uniq -d)" ] || [ -n "$(comm -23 <(echo "$given") <(echo "$present"))" ]; then
+    echo "a scenario named twice or not in molecule/: $(echo "$given" | tr '\n' ' ')" >&2
+    exit 2
+  fi
+elif [ "$given" != "$present" ]; then
   echo "the lanes must name every scenario of molecule/ once:" >&2
   diff <(echo "$given") <(echo "$present") >&2
   exit 2
@@ -64,11 +74,14 @@ for i in $(seq 1 "$n"); do
 done
 echo "----- lanes -----"
 cat "$summary"
-# When an item failed, the failures themselves, last, so that the tail of a long log (what CI keeps) names them
-# (rescued tasks print `fatal:` too: read the lane's log above for the whole story).
-[ $rc -eq 0 ] || failures=$(grep -h -o -E '(FAILED|ERROR) [A-Za-z0-9_/.-]+\.py[^ ]*( - .{0,200})?|fatal: \[[^]]+\]: .{0,300}' \
-  .ansible-home/molecule-lane-*.log | sort -u | head -40)
-[ -z "${failures:-}" ] || { echo "----- failures -----"; echo "$failures"; }
+# When an item failed, its failures themselves, last, so that the tail of a long log (what CI keeps) names them: only
+# the items that failed, and of those only what failed them (not the rescued or expected failures a passing
+# scenario prints; tests/testbed/lane_failures.py).
+if [ -s "$failed_logs" ]; then
+  echo "----- failures -----"
+  # shellcheck disable=SC2046  # one path a line, no spaces
+  python3 tests/testbed/lane_failures.py $(cat "$failed_logs")
+fi
 want=$(echo "$items" | grep -c .)
 got=$(grep -c . "$summary")
 [ "$want" = "$got" ] || { echo "ran $got of $want items"; rc=1; }

@@ -178,10 +178,21 @@ def test_the_streams_are_spread_over_the_hosts_round_robin():
 def test_the_overhead_comparison_runs_both_paths_alike(launcher):
     """Two doubles: the "gateway" is the first one, "direct" both; the counts and the table's shape (no timing)."""
     first, second = launcher.start(), launcher.start()
+    for server in (first, second):
+        assert "Application startup complete." in server.log, server.log[-3000:]
     result = compare(first.url, "", [first.url, second.url], None, "glm-5.2-nvfp4", [1, 4], requests_per_stream=2,
                      max_tokens=8)  # fmt: skip
     assert [row["concurrency"] for row in result["levels"]] == [1, 4]
-    assert (result["completed"], result["failed"]) == (2 * 2 * (1 + 4), 0)
+    errors = {
+        f"{row['concurrency']}/{path}": row[path]["errors"]
+        for row in result["levels"]
+        for path in ("gateway", "direct")
+    }
+    assert (result["completed"], result["failed"]) == (2 * 2 * (1 + 4), 0), (
+        errors,
+        first.log[-1500:],
+        second.log[-1500:],
+    )
     assert result["levels"][1]["direct"]["completed"] == 8 and result["levels"][1]["gateway"]["completed"] == 8
     table = markdown(result)
     assert table.count("\n| ") == 3 and "| 4 | " in table  # header + two levels

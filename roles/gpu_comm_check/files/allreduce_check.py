@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import sys
 import time
@@ -40,6 +41,21 @@ CPU_SIZES_MIB = (1, 4)
 def bus_factor(ranks: int) -> float:
     """nccl-tests' all-reduce bus bandwidth factor 2(n-1)/n: the share of the data each link carries."""
     return 2.0 * (ranks - 1) / ranks if ranks > 0 else 0.0
+
+
+def significant(value: float, digits: int = 6) -> float:
+    """`value` rounded to `digits` significant digits: a bandwidth measured on a slow or loaded machine (0.0233 GB/s)
+    keeps its precision, which rounding to fixed decimals would take away (0.023)."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, digits - 1 - math.floor(math.log10(abs(value))))
+
+
+def fixed(value: float, digits: int = 4) -> str:
+    """`value` with at least two decimals and `digits` significant ones, never in exponent form (the lines'
+    `key=number` format): 270.83, 13.10, 0.02331."""
+    decimals = 2 if value == 0 or not math.isfinite(value) else digits - 1 - math.floor(math.log10(abs(value)))
+    return f"{value:.{max(2, decimals)}f}"
 
 
 def parse_sizes(text: str) -> list[float]:
@@ -98,9 +114,9 @@ def measure(size_mib: float, dtype: torch.dtype, device: torch.device, args: arg
         "size_mib": round(nbytes / MIB, 3),
         "bytes": nbytes,
         "ranks": ranks,
-        "time_ms": round(seconds * 1e3, 4),
-        "algbw_gbps": round(algbw, 3),
-        "busbw_gbps": round(algbw * bus_factor(ranks), 3),
+        "time_ms": significant(seconds * 1e3),
+        "algbw_gbps": significant(algbw),
+        "busbw_gbps": significant(algbw * bus_factor(ranks)),
         "correct": bool(ok.item()),
     }
 
@@ -182,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(record)
         log(
             rank,
-            f"size_mib={fmt_size(record['size_mib'])} ranks={ranks} time_ms={record['time_ms']:.3f} "
-            f"algbw_gbps={record['algbw_gbps']:.2f} busbw_gbps={record['busbw_gbps']:.2f}"
+            f"size_mib={fmt_size(record['size_mib'])} ranks={ranks} time_ms={fixed(record['time_ms'])} "
+            f"algbw_gbps={fixed(record['algbw_gbps'])} busbw_gbps={fixed(record['busbw_gbps'])}"
             + ("" if record["correct"] else " WRONG_SUM"),
         )
     correct = all(r["correct"] for r in results)
