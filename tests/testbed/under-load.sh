@@ -7,8 +7,8 @@
 #     relies on files staying cached between two steps (the weights, the images' layers, Python's imports);
 #   - the lanes side by side, as CI runs them.
 #
-#   tests/testbed/under-load.sh                              the default lanes (UNDER_LOAD_LANES)
-#   tests/testbed/under-load.sh make:unit real-engine        lanes of your choice
+#   make test-under-load                                     the default lanes (UNDER_LOAD_LANES)
+#   make test-under-load UNDER_LOAD_LANES="make:unit real-engine"   lanes of your choice
 #
 # Everything is bounded: stress-ng and the drop loop end after UNDER_LOAD_MAX_S (default 5400 s) or when the lanes
 # end, whichever is first. The lanes' results, with the failures that failed them, are run-scenarios.sh's.
@@ -17,9 +17,10 @@ cd "$(dirname "$0")/../.."
 max_s=${UNDER_LOAD_MAX_S:-5400}
 vm_pct=${UNDER_LOAD_VM_PCT:-40}
 drop_s=${UNDER_LOAD_DROP_S:-30}
-lanes=("$@")
-[ ${#lanes[@]} -gt 0 ] || read -r -a lanes <<<"${UNDER_LOAD_LANES:-make:unit,driver-upgrade real-engine make:contract}"
+read -r -a lanes <<<"${UNDER_LOAD_LANES:-make:unit,driver-upgrade real-engine make:contract}"
 command -v stress-ng >/dev/null || { echo "stress-ng is missing: make deps installs it" >&2; exit 2; }
+# The lanes need the Makefile's environment (the toolchain on PATH, ANSIBLE_HOME and the collections of this clone).
+[ -n "${MAKELEVEL:-}" ] || { echo "run it as: make test-under-load [UNDER_LOAD_LANES='...']" >&2; exit 2; }
 
 start=$(date +%s)
 stress-ng --cpu "$(nproc)" --vm 1 --vm-bytes "${vm_pct}%" --vm-keep --timeout "${max_s}s" --quiet &
