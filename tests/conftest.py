@@ -3,6 +3,9 @@ vLLM test double (tests/doubles/vllm/harness.py) as local processes."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import mmap
 import os
 import random
 import sys
@@ -202,3 +205,29 @@ def evict_from_page_cache(paths) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def locked_in_memory(paths):
+    """Map the files and mlock(2) the mappings: their pages stay in the page cache whatever else presses on memory
+    (the kernel neither reclaims nor drops locked pages), so that a test can rely on them being resident."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mlock.argtypes = libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    maps = []
+    try:
+        for path in paths:
+            size = os.path.getsize(path)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            finally:
+                os.close(fd)
+            assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+            maps.append((addr, size))
+            assert libc.mlock(addr, size) == 0, f"mlock: {os.strerror(ctypes.get_errno())} (root or RLIMIT_MEMLOCK)"
+        yield
+    finally:
+        for addr, size in maps:
+            libc.munmap(addr, size)

@@ -131,7 +131,15 @@ def main() -> None:
         )
         module.exit_json(**result)
     finally:
-        write_progress(progress_file, {"finished": True, **{k: result.get(k) for k in ("read_bytes", "gbps")}})
+        # the residency measured right after the prewarm (or before it, when nothing was read): what the phase left
+        write_progress(
+            progress_file,
+            {
+                "finished": True,
+                **{k: result.get(k) for k in ("read_bytes", "gbps")},
+                "resident_percent": (result.get("residency") or {}).get("percent"),
+            },
+        )
 
 
 if __name__ == "__main__":

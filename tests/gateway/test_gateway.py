@@ -323,7 +323,7 @@ def playbook(
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"),
          "-i", str(inventory), playbook_file, "-e", f"@{extra_vars}", "-v", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,  # a bound, not a speed: ~20 s idle
     )  # fmt: skip
 
 
