@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DEFAULT_PYTHON = str(ROOT / ".venv-vllm" / "bin" / "python")
 SERVED_MODEL_NAME = "glm-5.2-nvfp4"
-HEALTH_TIMEOUT_S = 180.0
+HEALTH_TIMEOUT_S = 600.0  # a bound, not a speed: ~40 s idle, minutes on a saturated 2-CPU machine (imports)
 
 # The production flags that matter for the API contract, plus what a CPU needs
 # (--enforce-eager, a small explicit KV cache instead of a GPU memory fraction).

@@ -39,13 +39,16 @@ def _docker_available() -> bool:
     if shutil.which("docker") is None:
         return False
     try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=120).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
 
 pytestmark = [
-    pytest.mark.skipif(not _docker_available(), reason="needs a running Docker engine"),
+    # CI installs and starts Docker (make deps): there a slow `docker info` fails these tests instead of skipping them
+    pytest.mark.skipif(
+        os.environ.get("CI") != "true" and not _docker_available(), reason="needs a running Docker engine"
+    ),
     pytest.mark.usefixtures("testbed_images"),
 ]
 
