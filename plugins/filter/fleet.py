@@ -14,6 +14,15 @@ from urllib.parse import urlsplit
 # The same characters need no escaping inside a quoted nginx string, where the gateway's key map holds them.
 KEY_RE = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
 KEY_MIN_LEN = 20
+# The longest key: the gateway's map_hash_bucket_size (roles/fleet/templates/a800-fleet.conf.j2) is fixed at 512
+# bytes, which holds "Bearer " + 256 characters. nginx's hash needs, for every key, a bucket of at least
+# sizeof(void *) + align(len + 2, sizeof(void *)) + sizeof(void *) bytes (NGX_HASH_ELT_SIZE plus the pointer that
+# ends a bucket, checked in ngx_hash_init: https://github.com/nginx/nginx/blob/master/src/core/ngx_hash.c), that is
+# 8 + 272 + 8 = 288 bytes for "Bearer " + 256 on a 64-bit host; 512 is a multiple of every cache line size that nginx
+# aligns the bucket size to (https://nginx.org/en/docs/hash.html). A cap well under nginx's other limits too: one
+# configuration parameter is at most 4096 bytes (NGX_CONF_BUFFER, src/core/ngx_conf_file.c), and the Authorization
+# header line must fit a client_header_buffer_size (1k) or large_client_header_buffers buffer (8k).
+KEY_MAX_LEN = 256
 # The id is what the access log and the usage report show: letters, digits and . _ - (an nginx map value unquoted).
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 KEY_FIELDS = {"id", "key", "requests_per_minute", "burst", "concurrency", "description"}
@@ -55,8 +64,11 @@ def fleet_key_errors(keys: Any, defaults: dict | None = None) -> list[str]:
             "({id: team-a, key: <vaulted>, requests_per_minute: 600, burst: 60, concurrency: 16}) in a vaulted "
             "group_vars file of the gateway hosts (ansible-vault encrypt)",
         ]
-    ids: dict[str, int] = {}
-    key_owner: dict[str, str] = {}
+    # nginx's map matches strings ignoring case (https://nginx.org/en/docs/http/ngx_http_map_module.html#map:
+    # "Strings are matched ignoring the case"; ngx_hash_add_key and ngx_http_map_find lower-case both sides), so keys
+    # and ids are compared as nginx compares them: lower-cased.
+    ids: dict[str, tuple[int, str]] = {}
+    key_owner: dict[str, tuple[str, str]] = {}
     for index, entry in enumerate(keys):
         where = f"{var}[{index}]"
         if not isinstance(entry, dict):
@@ -65,9 +77,16 @@ def fleet_key_errors(keys: Any, defaults: dict | None = None) -> list[str]:
         ident = entry.get("id")
         if isinstance(ident, str) and ID_RE.match(ident):
             where = f"{where} (id {ident})"
-            if ident in ids:
-                errors.append(f"{where}: the id is also entry {ids[ident]}'s; every team needs its own id")
-            ids.setdefault(ident, index)
+            first, first_ident = ids.get(ident.lower(), (None, ""))
+            if first is not None and first_ident == ident:
+                errors.append(f"{where}: the id is also entry {first}'s; every team needs its own id")
+            elif first is not None:
+                errors.append(
+                    f"{where}: the id differs from entry {first}'s ({first_ident}) only in case, and nginx's map "
+                    "matches strings ignoring case: the two teams would share each other's limits; give ids that "
+                    "differ in more than case"
+                )
+            ids.setdefault(ident.lower(), (index, ident))
         else:
             errors.append(
                 f"{where}: id {ident!r} is missing or not 1-64 letters, digits, '.', '_' or '-' starting with a letter "
@@ -90,13 +109,25 @@ def fleet_key_errors(keys: Any, defaults: dict | None = None) -> list[str]:
             errors.append(
                 f"{where}: key is shorter than {KEY_MIN_LEN} characters; generate one with `openssl rand -hex 24`"
             )
+        elif len(key) > KEY_MAX_LEN:
+            errors.append(
+                f"{where}: key is {len(key)} characters, longer than the {KEY_MAX_LEN} the gateway's nginx key map "
+                "is sized for (map_hash_bucket_size); generate one with `openssl rand -hex 24` (48 characters)"
+            )
         else:
-            if key in key_owner:
+            owner, owner_key = key_owner.get(key.lower(), (None, ""))
+            if owner is not None and owner_key == key:
                 errors.append(
-                    f"{where}: key is the same as entry {key_owner[key]}'s; the access log could not tell the teams "
+                    f"{where}: key is the same as entry {owner}'s; the access log could not tell the teams "
                     "apart - give each team its own key"
                 )
-            key_owner.setdefault(key, f"{index} ({ident})")
+            elif owner is not None:
+                errors.append(
+                    f"{where}: key differs from entry {owner}'s only in case, and nginx's map matches strings "
+                    "ignoring case: either key would be taken for the other - give each team its own key (e.g. "
+                    "`openssl rand -hex 24`)"
+                )
+            key_owner.setdefault(key.lower(), (f"{index} ({ident})", key))
         for name in LIMITS:
             value = entry.get(name, defaults.get(name))
             number = _whole(value)

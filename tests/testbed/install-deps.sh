@@ -28,6 +28,23 @@ if [ ! -x "$tools/promtool" ] || [ ! -x "$tools/amtool" ] || [ ! -x "$tools/mtai
   cp "$tmp/root/usr/bin/promtool" "$tmp/root/usr/bin/amtool" "$tmp/root/usr/bin/mtail" "$tools/"
   rm -rf "$tmp"
 fi
+# nginx for the fleet gateway's tests (tests/unit/test_fleet.py: nginx -t on the rendered gateway, and the gateway
+# run on loopback): the distribution's binary, the one the fleet role installs on a gateway host, unpacked the same
+# way (Debian 12 and Ubuntu 24.04 ship it in the package nginx, Ubuntu 22.04 in nginx-core). Its libraries (libssl,
+# libpcre2-8, zlib, libcrypt) are part of every base system.
+nginx_bin="$here/../../.tools/nginx/bin"
+if [ ! -x "$nginx_bin/nginx" ]; then
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq nginx 2>/dev/null)
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
+  if [ ! -x "$tmp/root/usr/sbin/nginx" ]; then
+    (cd "$tmp" && apt-get download -qq nginx-core 2>/dev/null)
+    for deb in "$tmp"/nginx-core_*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
+  fi
+  mkdir -p "$nginx_bin"
+  cp "$tmp/root/usr/sbin/nginx" "$nginx_bin/"
+  rm -rf "$tmp"
+fi
 if ! docker info >/dev/null 2>&1; then
   $sudo "$here/ensure-dockerd.sh"
 fi
