@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -118,6 +119,12 @@ def serve_argv(
     return argv + list(extra)
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 class RealVllm:
     """One real vLLM server process (its own process group), logging to ``log_path``."""
 
@@ -138,6 +145,7 @@ class RealVllm:
         self.timeout = timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
+        self._bind_retries = 2
 
     @property
     def base_url(self) -> str:
@@ -176,6 +184,12 @@ class RealVllm:
         deadline = started + self.timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if "address already in use" in self.log_tail().lower() and self._bind_retries > 0:
+                    # the port was free when it was chosen; another process took it before vLLM bound it (its
+                    # imports take a minute on a loaded machine): start again on a port free now
+                    self._bind_retries -= 1
+                    self.port = _free_port()
+                    return self.start()
                 raise RuntimeError(
                     f"vLLM exited with {self.proc.returncode} before /health answered; log {self.log_path}:\n"
                     + self.log_tail()
