@@ -7,7 +7,7 @@ A scenario's log holds failures that were meant to happen: the preflight-negativ
 task (the driver-upgrade scenario's rollback), `ignore_errors` tasks. Listing every `fatal:` line of every log
 hid the real cause among them. This prints, for each log given (the run-scenarios script passes only the items
 that failed):
-  - pytest's and testinfra's `FAILED`/`ERROR` summary lines and the first `E   ` lines of each failure;
+  - pytest's and testinfra's `FAILED`/`ERROR` summary lines and the first `E   ` line of each failure;
   - of each ansible-playbook run (the text up to its PLAY RECAP), the last `fatal:` of each host that the recap
     counts as failed (failed=N > 0) or unreachable: a rescued or ignored failure leaves failed=0 and is left out;
   - Molecule's CRITICAL lines (a step that failed, e.g. idempotence with the tasks it names).
@@ -70,7 +70,10 @@ def ansible_failures(lines: list[str]) -> list[str]:
 def failures(text: str) -> list[str]:
     lines = [ANSI.sub("", line).rstrip() for line in text.splitlines()]
     found = [cut(line) for line in lines if PYTEST.match(line)]
-    assertions = [cut(line) for line in lines if ASSERTION.match(line)]
+    # the first line of each failure's E block (the assertion; the lines under it are its repr or a log)
+    assertions = [
+        cut(line) for i, line in enumerate(lines) if ASSERTION.match(line) and not (i and lines[i - 1].startswith("E "))
+    ]
     found += assertions[:12]
     found += ansible_failures(lines)
     found += [cut(line) for line in lines if CRITICAL.match(line)]

@@ -44,6 +44,7 @@ CRITICAL Ansible return code was 2, command was: ansible-playbook converge.yml
 
 PYTEST = """\
 E   assert (4, 16) == (20, 0)
+E     +  where (4, 16) = ...
 =========================== short test summary info ============================
 FAILED tests/unit/test_fleet.py::test_the_overhead_comparison_runs_both_paths_alike - assert (4, 16) == (20, 0)
 1 failed, 1255 passed in 840.12s
@@ -69,6 +70,7 @@ def test_pytest_failures_and_their_assertion_are_listed():
     listed = failures(PYTEST)
     assert listed[0].startswith("FAILED tests/unit/test_fleet.py::test_the_overhead_comparison_runs_both_paths_alike")
     assert "E   assert (4, 16) == (20, 0)" in listed
+    assert not any("where (4, 16)" in line for line in listed), listed  # the first line of an E block only
 
 
 def test_the_script_reads_the_logs_it_is_given(tmp_path):
