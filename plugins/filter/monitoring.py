@@ -17,6 +17,22 @@ def _address(host: str, hostvars: dict, self_host: str) -> str:
     return str(hv.get("monitoring_address") or hv.get("fleet_worker_address") or hv.get("ansible_host") or host)
 
 
+def monitoring_prometheus_url(address: str, port: int | str, wildcard_host: str | None = None) -> str:
+    """Prometheus' base URL (no trailing slash) from its listen address (monitoring_prometheus_address) and port: the
+    address itself when Prometheus listens on one address, since nothing else answers then; when it listens on every
+    interface (0.0.0.0, ::, empty), `wildcard_host`, by default loopback. Verify, `a800vllm status`, the role's own
+    checks and Grafana's data source all ask from the monitoring host itself, where loopback is right; the report's
+    URL passes the host's own address (monitoring_address, ansible_host) for a reader elsewhere."""
+    host = str(address or "").strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host in ("", "0.0.0.0", "::"):
+        host = wildcard_host or ("::1" if host == "::" else "127.0.0.1")
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{int(port)}"
+
+
 def monitoring_scrape_jobs(groups: dict, hostvars: dict, self_host: str, settings: dict) -> list[dict]:
     """The scrape jobs, each {job_name, targets: [{host, address}]}: vllm (every serving host's /metrics), vllm_health
     (its /health, probed through the blackbox exporter: `probe` set, the address a URL), node (node
@@ -134,4 +150,5 @@ class FilterModule:
             "monitoring_target_errors": monitoring_target_errors,
             "monitoring_dashboard_queries": monitoring_dashboard_queries,
             "monitoring_firing": monitoring_firing,
+            "monitoring_prometheus_url": monitoring_prometheus_url,
         }

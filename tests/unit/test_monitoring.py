@@ -11,12 +11,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 
 from plugins.filter.monitoring import (
+    FilterModule,
     monitoring_dashboard_queries,
     monitoring_firing,
+    monitoring_prometheus_url,
     monitoring_scrape_jobs,
     monitoring_target_errors,
 )
@@ -43,7 +46,8 @@ def run(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> Path:
-    """The rule and Alertmanager files exactly as the role writes them, with the production inventory's profile."""
+    """The rule, Alertmanager and Prometheus files exactly as the role writes them, with the production inventory's
+    profile (tests/monitoring/render.yml; listen-10.0.0.9.*: Prometheus listening on one address)."""
     out = tmp_path_factory.mktemp("monitoring")
     result = run(
         str(ROOT / ".venv" / "bin" / "ansible-playbook"),
@@ -69,6 +73,17 @@ def rendered_rules(rendered: Path) -> list[dict]:
     return [rule for group in doc["groups"] for rule in group["rules"]]
 
 
+def jinja(template: str, **variables) -> str:
+    """A task's or default's template rendered as Ansible would here: the collection's filters, Jinja's own `default`
+    and `urlencode`, and the Ansible pieces they use (lookup('ansible.builtin.file'), from_yaml, flatten of lists)."""
+    env = jinja2.Environment(undefined=jinja2.ChainableUndefined)
+    env.filters.update(FilterModule().filters())
+    env.filters["ansible.builtin.from_yaml"] = yaml.safe_load
+    env.filters["flatten"] = lambda lists: [x for sub in lists for x in sub]
+    env.globals["lookup"] = lambda plugin, path: Path(path).read_text() if plugin == "ansible.builtin.file" else None
+    return env.from_string(template).render(**variables).strip()
+
+
 # --- rules ----------------------------------------------------------------------------------------------------------
 
 
@@ -88,11 +103,25 @@ def test_every_rule_has_a_case_that_fires_and_one_that_stays_quiet():
         for check in case["alert_rule_test"]:
             (fires if check["exp_alerts"] else quiet).add(check["alertname"])
     names = [rule["alert"] for rule in rule_data()]
-    assert len(names) == len(set(names)) == 13
-    verify = yaml.safe_load((ROOT / "roles/verify/defaults/main.yml").read_text())
-    assert verify["verify_monitoring_rules"] == len(names), "roles/verify counts the rules it expects loaded"
+    assert len(names) == len(set(names)) >= 14
     assert sorted(fires) == sorted(names), "a rule without a case that fires"
     assert sorted(quiet) == sorted(names), "a rule without a case that stays quiet"
+
+
+def test_the_rule_count_is_read_from_the_rules_wherever_it_is_checked():
+    """roles/verify's expected count is its default evaluated (it reads roles/monitoring/vars/main.yml), the
+    monitoring role's own check compares the names it loaded with the same list, the serve scenario reads the list;
+    the docs state the same number."""
+    count = len(rule_data())
+    default = yaml.safe_load((ROOT / "roles/verify/defaults/main.yml").read_text())["verify_monitoring_rules"]
+    assert jinja(default, role_path=str(ROOT / "roles" / "verify")) == str(count)
+    check = (ROLE / "tasks" / "check.yml").read_text()
+    assert "__monitoring_rule_groups | map(attribute='rules') | flatten | map(attribute='alert')" in check
+    for path in ("docs/monitoring.md", "README.md"):
+        stated = re.findall(r"\b(\d+)(?:\*\*)? (?:\*\*)?(?:alert )?rules\b", (ROOT / path).read_text())
+        assert stated and {int(n) for n in stated} == {count}, (path, stated)
+    serve = (ROOT / "molecule/serve/tests/test_monitoring.py").read_text()
+    assert "__monitoring_rule_groups" in serve and not re.search(r"== \d+\b.*rule|rule.*== \d+\b", serve)
 
 
 def test_a_case_with_the_wrong_expectation_fails(rendered, tmp_path):
@@ -126,10 +155,129 @@ def test_every_rule_names_its_severity_and_the_source_of_its_threshold(rendered)
 def test_the_thresholds_come_from_the_profile_and_the_weights_role(rendered):
     rules = {rule["alert"]: rule for rule in rendered_rules(rendered)}
     profile = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"]
-    assert rules["A800VllmTtftP95High"]["expr"].endswith(f"> {profile['baselines']['ttft_s']['range'][1]}")
+    ttft = rules["A800VllmTtftP95High"]["expr"]
+    assert f"[5m]))) > {profile['baselines']['ttft_s']['range'][1]} and " in ttft
+    assert ttft.endswith('(increase(vllm:time_to_first_token_seconds_bucket{le="+Inf"}[5m])) >= 20')
     weights = yaml.safe_load((ROOT / "roles/weights/defaults/main.yml").read_text())
     assert rules["A800WeightsPageCacheLow"]["expr"].endswith(f"< {weights['weights_residency_threshold_pct'] / 100}")
     assert "vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc" in rules["A800VllmKvCacheHigh"]["expr"]
+
+
+def test_the_xid_rules_split_nvidias_classes_and_fire_only_on_a_new_xid(rendered):
+    """dcgm-exporter's DCGM_FI_DEV_XID_ERRORS holds the last XID until it restarts, so no rule may alert on its value
+    alone (`> 0` stayed critical forever after one application XID); each class rule compares with the window before
+    and fires for that window only (the promtool cases show both the firing and the resolving)."""
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    application, hardware = defaults["monitoring_xid_application"], defaults["monitoring_xid_hardware"]
+    assert application == [13, 31, 43, 45] and hardware == [48, 63, 64, 74, 79, 94, 95]
+    rules = {rule["alert"]: rule for rule in rendered_rules(rendered)}
+    reading = [name for name, rule in rules.items() if "DCGM_FI_DEV_XID_ERRORS" in rule["expr"]]
+    assert sorted(reading) == ["A800GpuXidApplication", "A800GpuXidHardware"]
+    for name, xids, other, severity in (
+        ("A800GpuXidHardware", hardware, application, "critical"),
+        ("A800GpuXidApplication", application, hardware, "warning"),
+    ):
+        expr = rules[name]["expr"]
+        assert sorted(int(x) for x in re.findall(r"DCGM_FI_DEV_XID_ERRORS == (\d+)", expr)) == sorted(xids)
+        assert not set(other) & set(xids)
+        assert expr.startswith("max_over_time(((") and expr.endswith(")[10m:1m])")
+        assert "unless DCGM_FI_DEV_XID_ERRORS == last_over_time(DCGM_FI_DEV_XID_ERRORS[10m] offset 1m)" in expr
+        assert rules[name]["labels"]["severity"] == severity
+
+
+# --- Prometheus itself ------------------------------------------------------------------------------------------------
+
+
+def test_prometheus_runs_without_its_lifecycle_api_and_reloads_by_sighup(rendered):
+    """--web.enable-lifecycle opens POST /-/quit and /-/reload to anyone who reaches the port; nothing uses them: the
+    role reloads through systemd (Debian's prometheus.service: ExecReload=/bin/kill -HUP $MAINPID) and restarts when
+    the arguments change."""
+    for name in ("prometheus.default", "listen-10.0.0.9.prometheus.default"):
+        args = re.search(r'^ARGS="([^"]*)"$', (rendered / name).read_text(), re.M).group(1).split()
+        assert args[0].startswith("--web.listen-address=") and "--web.enable-lifecycle" not in args, args
+    for path in (ROLE / "defaults" / "main.yml", ROLE / "meta" / "argument_specs.yml"):
+        assert "enable-lifecycle" not in path.read_text(), path
+    users = [
+        str(path.relative_to(ROOT))
+        for top in ("roles", "playbooks", "plugins", "a800vllm", "molecule", "tests/monitoring")
+        for path in (ROOT / top).rglob("*")
+        if path.is_file()
+        and path.suffix in (".yml", ".yaml", ".j2", ".py", ".sh", ".json")
+        and re.search(r"/-/(reload|quit)\b", path.read_text(errors="replace"))
+    ]
+    assert users == [], users
+    handlers = {h["name"]: h for h in yaml.safe_load((ROLE / "handlers" / "main.yml").read_text())}
+    assert handlers["Reload Prometheus"]["ansible.builtin.systemd_service"] == {
+        "name": "prometheus.service",
+        "state": "reloaded",
+    }
+
+
+def test_the_prometheus_url_is_the_address_it_listens_on_or_loopback():
+    assert monitoring_prometheus_url("0.0.0.0", 9090) == "http://127.0.0.1:9090"
+    assert monitoring_prometheus_url("", "9091") == "http://127.0.0.1:9091"
+    assert monitoring_prometheus_url("10.0.0.9", 9090) == "http://10.0.0.9:9090"
+    assert monitoring_prometheus_url("127.0.0.1", 9090) == "http://127.0.0.1:9090"
+    assert monitoring_prometheus_url("::", 9090) == "http://[::1]:9090"
+    assert monitoring_prometheus_url("[fd00::9]", 9090) == "http://[fd00::9]:9090"
+    assert monitoring_prometheus_url("0.0.0.0", 9090, "gw.lan") == "http://gw.lan:9090"  # the report's URL
+    assert monitoring_prometheus_url("10.0.0.9", 9090, "gw.lan") == "http://10.0.0.9:9090"
+
+
+def uri_urls(tasks: list[dict]) -> list[str]:
+    return [t["ansible.builtin.uri"]["url"] for t in tasks if "ansible.builtin.uri" in t]
+
+
+LISTEN = [
+    ({}, "http://127.0.0.1:9090"),  # the role's defaults: every interface (0.0.0.0), port 9090
+    ({"monitoring_prometheus_address": "10.0.0.9", "monitoring_prometheus_port": 9091}, "http://10.0.0.9:9091"),
+]
+
+
+@pytest.mark.parametrize(("mon_vars", "base"), LISTEN)
+def test_verify_status_and_the_role_ask_prometheus_at_its_listen_address(mon_vars, base):
+    """Every query runs on the monitoring host (the role's checks; verify delegates there; `a800vllm status` plays on
+    it): loopback answers when Prometheus listens on every interface, only its own address when it listens on one."""
+    verify_main = yaml.safe_load((ROOT / "roles/verify/tasks/main.yml").read_text())
+    include = next(t for t in verify_main if t.get("ansible.builtin.include_tasks") == "monitoring.yml")
+    hostvars = {"gw": dict(mon_vars, ansible_host="192.0.2.9")}
+    verify_url = jinja(include["vars"]["__verify_prometheus_url"], hostvars=hostvars, __verify_monitor="gw")
+    assert verify_url == base
+    verify_tasks = yaml.safe_load((ROOT / "roles/verify/tasks/monitoring.yml").read_text())
+    urls = [jinja(u, __verify_prometheus_url=verify_url, inventory_hostname="gpu-1", item="rules")
+            for u in uri_urls(verify_tasks)]  # fmt: skip
+    assert len(urls) == 2 and all(u.startswith(base + "/api/v1/") for u in urls), urls
+    kept = next(t for t in verify_tasks if "ansible.builtin.set_fact" in t)
+    report = jinja(kept["ansible.builtin.set_fact"]["verify_monitoring"]["prometheus_url"],
+                   __mon_vars=hostvars["gw"], __verify_monitor="gw")  # fmt: skip
+    assert report == ("http://192.0.2.9:9090" if not mon_vars else base)
+
+    status = yaml.safe_load((ROOT / "a800vllm/playbooks/status.yml").read_text())
+    [alerts] = uri_urls(next(p for p in status if p["hosts"] == "a800_monitoring")["tasks"])
+    assert jinja(alerts, **mon_vars) == base + "/api/v1/alerts"
+
+    role_url = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__monitoring_prometheus_url"]
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    listen = {k: defaults[k] for k in ("monitoring_prometheus_address", "monitoring_prometheus_port")} | mon_vars
+    role_base = jinja(role_url, **listen)
+    assert role_base == base
+    checks = [jinja(u, __monitoring_prometheus_url=role_base, item="rules")
+              for u in uri_urls(yaml.safe_load((ROLE / "tasks" / "check.yml").read_text()))]  # fmt: skip
+    assert len(checks) == 3 and all(u.startswith(base + "/") for u in checks), checks
+
+
+def test_prometheus_scrapes_itself_and_grafana_reads_it_where_it_listens(rendered):
+    for prefix, host in (("", "127.0.0.1"), ("listen-10.0.0.9.", "10.0.0.9")):
+        config = yaml.safe_load((rendered / f"{prefix}prometheus.yml").read_text())
+        itself = next(job for job in config["scrape_configs"] if job["job_name"] == "prometheus")
+        assert itself["static_configs"][0]["targets"] == [f"{host}:9090"]
+        source = yaml.safe_load((rendered / f"{prefix}grafana-datasource.yml").read_text())
+        assert source["datasources"][0]["url"] == f"http://{host}:9090"
+    for path in ("roles/verify/tasks/monitoring.yml", "roles/verify/tasks/main.yml", "a800vllm/playbooks/status.yml",
+                 "roles/monitoring/tasks/check.yml", "roles/monitoring/templates/prometheus.yml.j2",
+                 "roles/monitoring/templates/grafana-datasource.yml.j2"):  # fmt: skip
+        text = (ROOT / path).read_text()
+        assert not re.search(r"127\.0\.0\.1:\{\{ *(monitoring_prometheus_port|__verify_prometheus_port)", text), path
 
 
 # --- Alertmanager ---------------------------------------------------------------------------------------------------
@@ -345,11 +493,11 @@ def test_the_verify_checks_say_whether_this_host_is_watched():
     from plugins.filter.verify_report import verify_monitoring_checks
 
     other = [{"alert": "A800VllmDown", "host": "other", "summary": "s"}]
-    watched = {"prometheus_url": "http://gw:9090", "up": "1", "rules_loaded": 13, "rules_expected": 13,
+    watched = {"prometheus_url": "http://gw:9090", "up": "1", "rules_loaded": 14, "rules_expected": 14,
                "firing": other, "dashboard": "gw:/d.json"}  # fmt: skip
     assert [c["status"] for c in verify_monitoring_checks(watched, "h1")] == ["pass", "pass", "pass"]
     missed = dict(
-        watched, up=None, rules_loaded=12, firing=[{"alert": "A800VllmKvCacheHigh", "host": "h1", "summary": "KV"}]
+        watched, up=None, rules_loaded=13, firing=[{"alert": "A800VllmKvCacheHigh", "host": "h1", "summary": "KV"}]
     )
     checks = {c["name"]: c for c in verify_monitoring_checks(missed, "h1")}
     assert checks["monitoring:scraped"]["status"] == "fail" and "absent" in checks["monitoring:scraped"]["detail"]
