@@ -171,7 +171,7 @@ def gateway_vars(keys: list[dict], **overrides) -> dict:
         "fleet_gateway_port": 8080,
         "fleet_gateway_access_log": "/var/log/nginx/a800-fleet-access.log",
         "fleet_gateway_max_body": "64m",
-        "fleet_gateway_read_timeout_s": 900,
+        "fleet_gateway_read_timeout_s": 1800,
         "fleet_gateway_routes": [
             {"path": "/v1/chat/completions", "upstream": "router"},
             {"path": "/v1/messages", "upstream": "workers"},
@@ -368,3 +368,49 @@ def test_the_overhead_comparison_runs_both_paths_alike(launcher):
     assert result["levels"][1]["direct"]["completed"] == 8 and result["levels"][1]["gateway"]["completed"] == 8
     table = markdown(result)
     assert table.count("\n| ") == 3 and "| 4 | " in table  # header + two levels
+
+
+def test_the_gateway_and_the_router_give_a_request_the_same_time():
+    """nginx's proxy_read_timeout and vllm-router's --request-timeout-secs come from one variable, the role's default
+    (1800 s, the router's own default): nginx under the router gave a long non-streamed answer a 504 while the
+    router and the engine went on computing it."""
+    import yaml
+
+    defaults = yaml.safe_load((ROOT / "roles/fleet/defaults/main.yml").read_text())
+    timeout = defaults["fleet_gateway_read_timeout_s"]
+    conf = render(
+        "a800-fleet.conf.j2", **gateway_vars(fleet_keys([team()], DEFAULTS), fleet_gateway_read_timeout_s=timeout)
+    )
+    unit = render(
+        "vllm-router.service.j2",
+        fleet_router_version="0.1.17", fleet_serving_group="a800_servers", fleet_router_venv="/opt/r",
+        fleet_router_port=30000, fleet_metrics_address="0.0.0.0", fleet_router_metrics_port=29000,
+        fleet_router_policy="round_robin", fleet_router_health_check_interval_s=10, fleet_router_extra_args=[],
+        fleet_gateway_read_timeout_s=timeout, __fleet_workers=[{"url": "http://gpu-1:8001"}],
+    )  # fmt: skip
+    nginx = {int(v) for v in re.findall(r"proxy_read_timeout (\d+)s;", conf)}
+    router = [int(v) for v in re.findall(r"--request-timeout-secs (\d+)", unit)]
+    assert nginx == {timeout} and router == [timeout] and timeout >= 1800, (nginx, router)
+
+
+def test_the_gateways_metrics_come_after_it_serves_and_never_stop_it():
+    """mtail and the keys' limits are set up after nginx and the router started and their handlers ran, in a block
+    whose rescue names the failure: a monitoring failure leaves a serving gateway."""
+    import yaml
+
+    tasks = yaml.safe_load((ROOT / "roles/fleet/tasks/main.yml").read_text())
+    names = [t["name"] for t in tasks]
+    metrics = next(i for i, t in enumerate(tasks) if "block" in t and "metrics.yml" in str(t["block"]))
+    assert metrics == len(tasks) - 1, names  # last
+    started = names.index("Start the router and nginx now, and at every boot")
+    flushed = next(i for i, t in enumerate(tasks) if t.get("ansible.builtin.meta") == "flush_handlers")
+    assert started < flushed < metrics, names
+    rescue = tasks[metrics]["rescue"]
+    assert [list(step)[1] for step in rescue] == ["ansible.builtin.debug"], rescue
+    assert "serve without them" in rescue[0]["ansible.builtin.debug"]["msg"]
+    assert not any("metrics.yml" in str(t) for t in tasks[:metrics])
+    # no handler restarts mtail behind the rescue's back: the last task of metrics.yml does
+    handlers = yaml.safe_load((ROOT / "roles/fleet/handlers/main.yml").read_text())
+    assert "mtail" not in str(handlers)
+    last = yaml.safe_load((ROOT / "roles/fleet/tasks/metrics.yml").read_text())[-1]
+    assert last["ansible.builtin.systemd_service"]["name"] == "mtail.service"
