@@ -6,7 +6,7 @@ branch. The names are the vendors' (sources in docs/field.md#nvidia-driver-packa
 
 - NVIDIA's CUDA repository, Ubuntu, branches before 590: the compute-only (headless) set
   ``libnvidia-compute-<branch>`` + ``nvidia-dkms-<branch>[-open]`` with ``nvidia-utils-<branch>`` (nvidia-smi) and
-  ``nvidia-compute-utils-<branch>`` (nvidia-persistenced), at ``<version>-<revision>``; held.
+  ``nvidia-compute-utils-<branch>`` (nvidia-persistenced), at ``<version>-*``; held.
 - The same repository from branch 590: the names lose the branch (``libnvidia-compute``, ``nvidia-dkms-open``) and
   the version is locked by ``nvidia-driver-pinning-<version>``, installed first (the Installation Guide, "Version
   locking"); held as well.
@@ -14,6 +14,11 @@ branch. The names are the vendors' (sources in docs/field.md#nvidia-driver-packa
 - Canonical's precompiled, signed modules (Ubuntu's archive): ``linux-modules-nvidia-<branch>-server[-open]-<kernel>``
   for the running kernel with ``nvidia-headless-no-dkms-<branch>-server[-open]``, ``nvidia-utils-<branch>-server``
   and ``nvidia-compute-utils-<branch>-server``; no DKMS build, no headers, loads with Secure Boot on.
+
+Every package is asked for at ``<version>-*``: the Debian revision is the archive's, not ours (NVIDIA's Ubuntu
+repositories changed it within branch 580, ``-0ubuntu1`` to ``-1ubuntu1``). ``nvidia_driver_resolve`` reads the exact
+version of the pin from ``apt-cache madison`` on the host, and names the versions the archive has when the pin is not
+there; ``nvidia_driver_keep`` decides whether a driver newer than the pin stays (no silent downgrade).
 """
 
 from __future__ import annotations
@@ -22,7 +27,19 @@ import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.a800.vllm.plugins.module_utils.apt_cache import (
+    apt_cache_lacks,
+    apt_cache_versions,
+    dpkg_installed,
+    resolve_spec,
+    sorted_versions,
+)
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, WARN, check
+from ansible_collections.a800.vllm.plugins.module_utils.debian_version import (
+    compare_versions,
+    newest,
+    upstream_version,
+)
 
 SOURCES = ("cuda-repo", "ubuntu-precompiled")
 UNVERSIONED_FROM = 590
@@ -98,9 +115,11 @@ def nvidia_driver_install(bom_driver: dict, platform: dict, kernel: str) -> dict
             "install": [modules, *(f"{n}={spec}" for n in names)],
             "hold": [modules, *names],
             "fabricmanager": f"nvidia-fabricmanager-{branch}={spec}",
+            "version": version,
             "version_spec": spec,
         }
-    spec = f"{version}-{platform['nvidia_package_revision']}"
+    # any revision: the archive's own, read on the host (nvidia_driver_resolve)
+    spec = f"{version}-*"
     scheme = platform["nvidia_package_scheme"]
     if scheme == "debian":
         names = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms" if open_modules else "nvidia-kernel-dkms"]
@@ -123,6 +142,7 @@ def nvidia_driver_install(bom_driver: dict, platform: dict, kernel: str) -> dict
         "install": [f"{n}={spec}" for n in names],
         "hold": names,
         "fabricmanager": f"{fabricmanager}={spec}",
+        "version": version,
         "version_spec": spec,
     }
 
@@ -146,6 +166,167 @@ def precompiled_module_driver(apt_cache_show: str, package: str) -> str | None:
         return None
     found = re.search(r"nvidia-kernel-common-\d+(?:-server)? \(>= ([0-9.]+)\)", depends.group(1))
     return found.group(1) if found else None
+
+
+def _bool(value: Any) -> bool:
+    """A flag that may arrive as a string: extra vars (-e flag=false) are not converted by Jinja."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
+    return bool(value)
+
+
+def _retarget(spec: str, version: str) -> str:
+    """``NAME=<other>-*`` -> ``NAME=<version>-*``; a name without a version stays as it is."""
+    name, sep, wanted = str(spec).partition("=")
+    return f"{name}={version}-*" if sep and wanted.endswith("-*") else spec
+
+
+def _installed_as(installed: dict | None, spec: str) -> str | None:
+    """``spec`` as it is installed already (``NAME=<installed version>``, or ``NAME``), else None."""
+    name, sep, wanted = str(spec).partition("=")
+    have = (installed or {}).get(name)
+    if have is None:
+        return None
+    if not sep:
+        return name
+    if wanted.endswith("-*"):
+        return f"{name}={have}" if upstream_version(have) == wanted[:-2] else None
+    return spec if have == wanted else None
+
+
+def nvidia_driver_wanted(
+    install: dict,
+    version: str | None = None,
+    keep: bool = False,
+    fabricmanager: bool = False,
+    installed: dict | None = None,
+) -> list[str]:
+    """What the archive must have before anything is installed: the version-locking package and the driver packages
+    at ``<version>-*`` (none when a newer driver is kept), and Fabric Manager of that version when it is needed; a
+    package installed at that version already (``installed``, as ``dpkg_installed`` reads it) needs nothing."""
+    version = str(version or install["version"])
+    wanted = [] if _bool(keep) else [*install["pinning"], *(_retarget(s, version) for s in install["install"])]
+    if _bool(fabricmanager):
+        wanted.append(_retarget(install["fabricmanager"], version))
+    return [spec for spec in wanted if _installed_as(installed, spec) is None]
+
+
+def nvidia_driver_resolve(
+    apt_cache: str,
+    install: dict,
+    version: str | None = None,
+    keep: bool = False,
+    fabricmanager: bool = False,
+    installed: dict | None = None,
+) -> dict[str, Any]:
+    """The exact package versions of the driver in the host's archive, from ``apt-cache madison`` (or ``show``) of them.
+
+    Each ``NAME=<version>-*`` becomes ``NAME=<the archive's version>``, its highest with that upstream part, whatever
+    the epoch and the revision (``-0ubuntu1``, ``-1ubuntu1``, ``-1``); a package installed at that upstream version
+    already keeps its exact version (``installed``: no reinstall, and a mirror that dropped it does not matter).
+    ``missing`` lists what is wanted (``nvidia_driver_wanted``) but not there, each with the versions the archive has,
+    and ``message`` says it with the variable to change; empty when everything is there."""
+    version = str(version or install["version"])
+    versions = apt_cache_versions(apt_cache)
+
+    def resolved(spec: str) -> str | None:
+        spec = _retarget(spec, version)
+        return _installed_as(installed, spec) or resolve_spec(versions, spec)
+
+    missing = []
+    for spec in nvidia_driver_wanted(install, version, keep, fabricmanager, installed):
+        if resolved(spec) is None:
+            name = spec.partition("=")[0]
+            missing.append({"package": name, "wanted": spec, "available": sorted_versions(versions.get(name, []))})
+    message = ""
+    if missing:
+        said = [
+            f"{m['package']} has {', '.join(m['available'])}" if m["available"] else f"apt knows no {m['package']}"
+            for m in missing
+        ]
+        fm_name = install["fabricmanager"].partition("=")[0]
+        if any(m["package"] != fm_name for m in missing):
+            common = None
+            for name in (n.partition("=")[0] for n in install["install"] if "=" in n):
+                upstreams = {upstream_version(v) for v in versions.get(name, [])}
+                common = upstreams if common is None else common & upstreams
+            offered = sorted_versions(common or [])
+            has = (
+                f"The archive has the driver at {', '.join(offered)}"
+                if offered
+                else "The archive has no version of the driver packages at all: check that NVIDIA's repository of this "
+                "release (or its mirror) is configured and that apt can read it"
+            )
+            message = (
+                f"NVIDIA driver {version} is not in the configured repositories ({'; '.join(said)}). {has}. Set "
+                f"bom.nvidia_driver.version (nvidia_driver_version for one host) to a version the archive has, or make "
+                f"the repository (bom.nvidia_driver.repo.base, a mirror of it) carry {version}."
+            )
+        else:
+            message = (
+                f"Fabric Manager of driver {version} is not in the configured repositories ({'; '.join(said)}): it "
+                f"must be the driver's version (NVIDIA Fabric Manager User Guide). Mirror it with the driver, or set "
+                f"nvidia_driver_fabricmanager: never on hosts without an NVSwitch fabric."
+            )
+    fm = resolved(install["fabricmanager"]) or ""
+    return {
+        "version": version,
+        "install": [resolved(s) or _retarget(s, version) for s in install["install"]],
+        "pinning": list(install["pinning"]),
+        "fabricmanager": fm,
+        "missing": missing,
+        "message": message,
+    }
+
+
+def nvidia_driver_keep(
+    dpkg_query: str | dict, install: dict, gpu: dict, pin: str, allow_downgrade: Any = False
+) -> dict[str, Any]:
+    """Does a driver newer than the pin stay? The pin is not a reason to downgrade a host that runs a newer driver.
+
+    ``dpkg_query`` is ``dpkg-query -W -f='${Package} ${Version} ${Status}\n'`` of the role's packages (or its parsed
+    dict). The driver packages installed (the kernel's module package of Canonical's set aside: its version is the
+    kernel's) and the running driver (``gpu_facts``) are compared with the pin as Debian versions. When one is newer
+    and ``allow_downgrade`` is false, ``keep`` is true and ``version`` is the driver that stays (the installed one,
+    else the running one); otherwise ``version`` is the pin. ``message`` says what happens whenever one is newer."""
+    installed = dpkg_installed(dpkg_query) if isinstance(dpkg_query, str) else dict(dpkg_query or {})
+    pin = str(pin)
+    names = [n for n in install["hold"] if n != install.get("modules")]
+    packages = {n: installed[n] for n in names if n in installed}
+    package_version = newest(upstream_version(v) for v in packages.values())
+    running = str(gpu.get("driver_version") or "") if gpu.get("driver_loaded") else ""
+    newer = [v for v in (package_version, running) if v and compare_versions(v, pin) > 0]
+    decision = {
+        "keep": False,
+        "version": pin,
+        "pin": pin,
+        "newer": newer[0] if newer else None,
+        "running": running or None,
+        "packages": packages,
+        "installed": installed,
+        "downgrade": False,
+        "message": "",
+    }
+    if not newer:
+        return decision
+    shown = ", ".join(f"{n} {v}" for n, v in packages.items()) or "not from this role's packages"
+    where = f"running {running or 'no driver (not loaded)'}; packages: {shown}"
+    if _bool(allow_downgrade):
+        decision["downgrade"] = True
+        decision["message"] = (
+            f"Downgrading the NVIDIA driver from {newer[0]} to the pin {pin} ({where}): "
+            f"nvidia_driver_allow_downgrade is true."
+        )
+        return decision
+    decision["keep"] = True
+    decision["version"] = newer[0]
+    decision["message"] = (
+        f"Keeping NVIDIA driver {newer[0]}, newer than the pin {pin} ({where}): no driver package is installed, "
+        f"changed or downgraded, and nvidia_driver_allow_downgrade is false. To run the pin, re-run with "
+        f"-e nvidia_driver_allow_downgrade=true (a reboot needs nvidia_driver_reboot_allowed=true); to pin what runs, "
+        f"set bom.nvidia_driver.version: {newer[0]}."
+    )
+    return decision
 
 
 def nvidia_driver_install_checks(host: dict, gpu: dict, bom_driver: dict) -> list[dict]:
@@ -180,7 +361,10 @@ def nvidia_driver_install_checks(host: dict, gpu: dict, bom_driver: dict) -> lis
             )
         )
     secure = host.get("secure_boot", "unknown")
-    running_pin = bool(gpu.get("driver_loaded")) and gpu.get("driver_version") == version
+    running = str(gpu.get("driver_version") or "") if gpu.get("driver_loaded") else ""
+    # a running driver newer than the pin stays unless a downgrade is asked for (nvidia_driver_keep): nothing is built
+    kept = bool(running) and compare_versions(running, version) > 0 and not _bool(bom_driver.get("allow_downgrade"))
+    running_pin = bool(running) and (running == version or kept)
     if secure == "enabled" and source == "cuda-repo" and not running_pin:
         checks.append(
             check(
@@ -198,9 +382,12 @@ def nvidia_driver_install_checks(host: dict, gpu: dict, bom_driver: dict) -> lis
         )
     else:
         if secure == "enabled":
-            how = (
-                "Canonical's signed modules" if source != "cuda-repo" else f"the pinned driver {version} already loads"
-            )
+            if source != "cuda-repo":
+                how = "Canonical's signed modules"
+            elif kept:
+                how = f"the running driver {running}, newer than the pin {version}, is kept"
+            else:
+                how = f"the pinned driver {version} already loads"
             status, detail, fix = PASS, f"Secure Boot on: {how}", ""
         elif secure == "disabled" or secure.startswith("not supported"):
             status, detail, fix = PASS, f"Secure Boot: {secure}", ""
@@ -219,6 +406,10 @@ class FilterModule:
             "nvidia_driver_install": nvidia_driver_install,
             "nvidia_driver_install_checks": nvidia_driver_install_checks,
             "precompiled_module_driver": precompiled_module_driver,
+            "nvidia_driver_wanted": nvidia_driver_wanted,
+            "nvidia_driver_resolve": nvidia_driver_resolve,
+            "nvidia_driver_keep": nvidia_driver_keep,
+            "apt_cache_lacks": apt_cache_lacks,
             "nvidia_cuda_source": nvidia_cuda_source,
             "nvidia_toolkit_source": nvidia_toolkit_source,
         }

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check, counts
+from ansible_collections.a800.vllm.plugins.module_utils.debian_version import compare_versions
 from ansible_collections.a800.vllm.plugins.module_utils.pcie_acs import FIX_ACS
 from ansible_collections.a800.vllm.plugins.module_utils.weights_ram import ram_fit
 
@@ -157,18 +158,25 @@ def _driver_version_check(gpu: dict, req: dict) -> list[dict]:
                 f"set bom.nvidia_driver.version (now {pin}) to {min_drv} or newer and run the host phase",
             )
         )
-    if req.get("driver_pin") and drv and drv != req["driver_pin"]:
-        checks.append(
-            check(
-                "driver_pin",
-                WARN,
-                "gpu_facts.driver_version",
-                drv,
-                req["driver_pin"],
-                f"driver {drv} differs from the pin {req['driver_pin']}",
-                "the host phase installs the pinned driver (a reboot needs nvidia_driver_reboot_allowed)",
+    pinned = str(req.get("driver_pin") or "")
+    if pinned and drv and drv != pinned:
+        if compare_versions(drv, pinned) > 0:
+            # the host phase keeps a newer driver (nvidia_driver_keep in plugins/filter/nvidia_packages.py)
+            branch = "" if drv.split(".")[0] == pinned.split(".")[0] else f" and branch: '{drv.split('.')[0]}'"
+            fix = (
+                f"pin what runs: set bom.nvidia_driver.version: {drv}{branch}; or, to go back to {pinned}, run the "
+                "host phase with -e nvidia_driver_allow_downgrade=true (a reboot needs "
+                "nvidia_driver_reboot_allowed=true)"
             )
-        )
+            # the table shows the detail only: a warning's fix goes in it
+            detail = (
+                f"driver {drv} runs, newer than the pin {pinned}: the host phase keeps it and installs nothing of the "
+                f"driver (no downgrade) unless nvidia_driver_allow_downgrade is true. Fix: {fix}"
+            )
+        else:
+            detail = f"driver {drv} differs from the pin {pinned}"
+            fix = "the host phase installs the pinned driver (a reboot needs nvidia_driver_reboot_allowed)"
+        checks.append(check("driver_pin", WARN, "gpu_facts.driver_version", drv, pinned, detail, fix))
     return checks
 
 

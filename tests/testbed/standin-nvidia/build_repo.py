@@ -15,8 +15,10 @@ find, pin and hold them as they would NVIDIA's and Ubuntu's, and a wrong path or
 
 Every package of a per-release directory refuses (in its preinst) to install on another release, as a package
 built against another release's libraries would fail. The DKMS packages build their module only when the headers of
-the running kernel are installed (DKMS's own message otherwise). Two driver versions of each series are published,
-so that a test can show that a pin holds when a newer version is available. The binaries are the stand-ins in ./bin.
+the running kernel are installed (DKMS's own message otherwise). Three driver versions of branch 580 are published,
+so that a test can show that a pin holds when a newer version is available, with NVIDIA's Ubuntu revisions of each:
+-0ubuntu1 up to 580.105.08, -1ubuntu1 from 580.126.09 (docs/field.md#nvidia-driver-packages), so that a pin bump
+crosses the change (molecule/driver-upgrade). The binaries are the stand-ins in ./bin.
 
     build_repo.py --out DIR
 """
@@ -36,19 +38,32 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BIN = HERE / "bin"
-DRIVER_VERSIONS = ["580.95.05", "580.105.08"]
+DRIVER_VERSIONS = ["580.95.05", "580.105.08", "580.126.09"]
 UNVERSIONED_VERSIONS = ["590.44.01"]  # branch 590: NVIDIA's names lose the branch
 TOOLKIT_VERSIONS = ["1.17.8", "1.18.0"]
 BRANCH = "580"
-# NVIDIA's per-release directories: (directory, os-release VERSION_ID, naming scheme, Debian revision)
+# The Debian revision of NVIDIA's Ubuntu packages changed within branch 580 (-0ubuntu1 up to 580.105.08, -1ubuntu1
+# from 580.126.09 on); the Debian 12 repository's is -1.
+UBUNTU_REVISIONS = {
+    "580.95.05": "0ubuntu1",
+    "580.105.08": "0ubuntu1",
+    "580.126.09": "1ubuntu1",
+    "590.44.01": "0ubuntu1",  # as the stand-in had it; NVIDIA's revision of 590 was not checked here
+}
+# NVIDIA's per-release directories: (directory, os-release VERSION_ID, naming scheme)
 CUDA_RELEASES = [
-    ("ubuntu2204", "22.04", "ubuntu", "0ubuntu1"),
-    ("ubuntu2404", "24.04", "ubuntu", "0ubuntu1"),
-    ("debian12", "12", "debian", "1"),
+    ("ubuntu2204", "22.04", "ubuntu"),
+    ("ubuntu2404", "24.04", "ubuntu"),
+    ("debian12", "12", "debian"),
 ]
 DISTROS = [("jammy", "22.04"), ("noble", "24.04"), ("bookworm", "12")]
 KERNEL = os.uname().release  # the simulated hosts share the kernel of the machine that builds this
 PERSISTENCED_PID = "/run/nvidia-persistenced/nvidia-persistenced.pid"
+
+
+def cuda_revision(scheme: str, upstream: str) -> str:
+    """The Debian revision of a driver version in NVIDIA's repository of that naming scheme."""
+    return "1" if scheme == "debian" else UBUNTU_REVISIONS[upstream]
 
 
 @dataclass
@@ -482,12 +497,14 @@ def main() -> None:
     count = 0
     with tempfile.TemporaryDirectory() as tmp:
         signer = Signer(Path(tmp) / "gnupg")
-        for directory, version_id, scheme, rev in CUDA_RELEASES:
+        for directory, version_id, scheme in CUDA_RELEASES:
             if scheme == "debian":
-                pkgs = [p for v in DRIVER_VERSIONS for p in debian_cuda_packages(v, rev)]
+                pkgs = [p for v in DRIVER_VERSIONS for p in debian_cuda_packages(v, cuda_revision(scheme, v))]
             else:
-                pkgs = [p for v in DRIVER_VERSIONS for p in ubuntu_cuda_packages(v, rev)]
-                pkgs += [p for v in UNVERSIONED_VERSIONS for p in ubuntu_unversioned_packages(v, rev)]
+                pkgs = [p for v in DRIVER_VERSIONS for p in ubuntu_cuda_packages(v, cuda_revision(scheme, v))]
+                pkgs += [
+                    p for v in UNVERSIONED_VERSIONS for p in ubuntu_unversioned_packages(v, cuda_revision(scheme, v))
+                ]
             for pkg in pkgs:
                 pkg.preinst = release_guard(directory, version_id) + pkg.preinst
             repo = out / "compute" / "cuda" / "repos" / directory / "x86_64"
