@@ -1,4 +1,5 @@
-"""Filters: turning PCIe ACS redirection off (role host_tuning) and judging the bits read again.
+"""Filters: turning PCIe ACS redirection off (role host_tuning), judging the bits read again, and whether the chosen
+method can work under the kernel's lockdown.
 
 The logic lives in plugins/module_utils/pcie_acs.py (pure Python, unit-tested), imported through the collection.
 """
@@ -28,6 +29,19 @@ def acs_verdict(report: dict[str, Any], method: str, applied: bool = True) -> di
     return pcie_acs.acs_verdict(report, method, applied=applied)
 
 
+def acs_lockdown_check(
+    lockdown_text: str | None, disable_acs: Any, method: str, source: str = pcie_acs.LOCKDOWN_FILE
+) -> dict[str, Any]:
+    """The check record of host_tuning_acs_method against the kernel's lockdown (the text of `source`, None when
+    there is no such file): setpci fails on a locked-down kernel."""
+    return pcie_acs.acs_lockdown_check(lockdown_text, disable_acs, method, source)
+
+
 class FilterModule:
     def filters(self) -> dict:
-        return {"acs_kernel_arg": acs_kernel_arg, "grub_escape": grub_escape, "acs_verdict": acs_verdict}
+        return {
+            "acs_kernel_arg": acs_kernel_arg,
+            "grub_escape": grub_escape,
+            "acs_verdict": acs_verdict,
+            "acs_lockdown_check": acs_lockdown_check,
+        }

@@ -280,6 +280,236 @@ def _nvswitch_check(gpu: dict, req: dict) -> list[dict]:
     ]
 
 
+# --- GPU state (docs/field.md#gpu-state-mig-ecc-retired-pages-and-row-remapping) ------------------------------
+
+
+def _gpus(indices: list, verb: str = "") -> str:
+    """'GPU 3' / 'GPUs 1, 3', with a verb in the third person that agrees: _gpus([3], 'turns') = 'GPU 3 turns'."""
+    one = len(indices) == 1
+    plural = {"is": "are", "needs": "need", "turns": "turn"}
+    return (
+        ("GPU " if one else "GPUs ")
+        + ", ".join(map(str, indices))
+        + (f" {verb if one else plural.get(verb, verb)}" if verb else "")
+    )
+
+
+def _each(indices: list, command: str) -> str:
+    """`sudo nvidia-smi -i 3 <command>`, or a loop over several GPUs (nvidia-smi -i takes one GPU per command)."""
+    if len(indices) == 1:
+        return f"`sudo nvidia-smi -i {indices[0]} {command}`"
+    return f"`for i in {' '.join(map(str, indices))}; do sudo nvidia-smi -i $i {command}; done`"
+
+
+def _unreadable(name: str, fact: str, unknown: list[dict], what: str) -> dict:
+    """A state value nvidia-smi printed that the parser does not know: shown as printed, never taken as fine."""
+    shown = ", ".join(f"GPU {u['gpu']} {u['field']} = {u['value']!r}" for u in unknown)
+    fields = ",".join(sorted({u["field"] for u in unknown}))
+    return check(
+        name,
+        WARN,
+        fact,
+        unknown,
+        "Enabled/Disabled, Yes/No or [N/A]",
+        f"{what}: nvidia-smi printed a value the preflight does not know ({shown})",
+        f"read it on the host: `nvidia-smi --query-gpu=index,{fields} --format=csv` and `nvidia-smi -q`",
+    )
+
+
+def _state_unknown(gpu: dict, *fields: str) -> list[dict]:
+    return [u for u in (gpu.get("state") or {}).get("unknown", []) if u["field"] in fields]
+
+
+def _not_read(gpu: dict, field: str) -> str:
+    """Why a state field has no value: not asked (the driver does not know it) or not reported by the GPUs."""
+    state = gpu.get("state") or {}
+    if field not in state.get("fields", []):
+        return f"not read ({field} is not a field of this driver's --query-gpu)"
+    return f"not reported by these GPUs ({field} is [N/A] or [Not Supported])"
+
+
+def _mig_mode_check(gpu: dict, req: dict) -> list[dict]:
+    state = gpu.get("state") or {}
+    on, turning_on = state.get("mig_enabled", []), state.get("mig_pending_enabled", [])
+    already_off = state.get("mig_pending_disabled", [])
+    fact = "gpu_facts.state.mig_enabled"
+    if on or turning_on:
+        to_turn_off = [i for i in on if i not in already_off] + turning_on
+        parts = []
+        if on:
+            parts.append(f"MIG mode is on at {_gpus(on)}")
+        if already_off:
+            parts.append(
+                f"{_gpus(already_off, 'is')} already set to turn it off at the next GPU reset (pending Disabled)"
+            )
+        if turning_on:
+            parts.append(f"{_gpus(turning_on, 'turns')} it on at the next GPU reset or reboot (pending Enabled)")
+        fix = []
+        if to_turn_off:
+            fix.append(
+                f"turn MIG off: {_each(to_turn_off, '-mig 0')} (destroy any MIG instances first: "
+                f"`sudo nvidia-smi mig -i N -dci` and `sudo nvidia-smi mig -i N -dgi`)"
+            )
+        if on:
+            fix.append(
+                f"{'then ' if fix else ''}reset {_gpus(on)} with nothing running on them ({_each(on, '-r')}) or "
+                "reboot: the mode changes only at a GPU reset, and stays across reboots until it is turned off"
+            )
+        return [
+            check(
+                "mig_mode",
+                FAIL,
+                fact,
+                sorted(set(on) | set(turning_on)),
+                [],
+                "; ".join(parts) + ": vLLM's tensor parallel runs on whole GPUs (in MIG mode a GPU offers CUDA only "
+                "its MIG instances)",
+                "; ".join(fix),
+            )
+        ]
+    unknown = _state_unknown(gpu, "mig.mode.current", "mig.mode.pending")
+    if unknown:
+        return [_unreadable("mig_mode", "gpu_facts.state.unknown", unknown, "MIG mode")]
+    reported = (state.get("reported") or {}).get("mig.mode.current", [])
+    detail = (
+        f"MIG mode off on every GPU ({len(reported)} report it)"
+        if reported
+        else f"MIG mode {_not_read(gpu, 'mig.mode.current')}: no MIG"
+    )
+    return [check("mig_mode", PASS, fact, [], [], detail)]
+
+
+def _ecc_mode_check(gpu: dict, req: dict) -> list[dict]:
+    state = gpu.get("state") or {}
+    off, turning_off = state.get("ecc_disabled", []), state.get("ecc_pending_disabled", [])
+    reboot_only = state.get("ecc_pending_enabled", [])
+    fact = "gpu_facts.state.ecc_disabled"
+    if off or turning_off:
+        parts = []
+        if off:
+            parts.append(f"ECC is off at {_gpus(off)}")
+        if reboot_only:
+            parts.append(f"{_gpus(reboot_only, 'is')} already set to turn it on at the next reboot (pending Enabled)")
+        if turning_off:
+            parts.append(f"{_gpus(turning_off, 'turns')} it off at the next reboot (pending Disabled)")
+        to_enable = [i for i in off if i not in reboot_only] + turning_off
+        fix = f"{_each(to_enable, '-e 1')}, then reboot" if to_enable else "reboot"
+        if to_enable and reboot_only:
+            fix += f" ({_gpus(reboot_only, 'needs')} only the reboot)"
+        return [
+            check(
+                "ecc_mode",
+                WARN,
+                fact,
+                sorted(set(off) | set(turning_off)),
+                [],
+                "; ".join(parts) + ": memory errors there are neither corrected nor reported, and row remapping and "
+                "page retirement, which act on the errors ECC finds, cannot protect the weights and KV cache; "
+                "vLLM still runs",
+                fix + ": an ECC mode change takes effect at the next reboot",
+            )
+        ]
+    unknown = _state_unknown(gpu, "ecc.mode.current", "ecc.mode.pending")
+    if unknown:
+        return [_unreadable("ecc_mode", "gpu_facts.state.unknown", unknown, "ECC mode")]
+    reported = (state.get("reported") or {}).get("ecc.mode.current", [])
+    detail = (
+        f"ECC on at every GPU ({len(reported)} report it)" if reported else f"ECC {_not_read(gpu, 'ecc.mode.current')}"
+    )
+    return [check("ecc_mode", PASS, fact, [], [], detail)]
+
+
+def _retired_pages_check(gpu: dict, req: dict) -> list[dict]:
+    state = gpu.get("state") or {}
+    pending = state.get("retired_pages_pending", [])
+    fact = "gpu_facts.state.retired_pages_pending"
+    if pending:
+        return [
+            check(
+                "retired_pages_pending",
+                WARN,
+                fact,
+                pending,
+                [],
+                f"memory pages are pending retirement at {_gpus(pending)} (Pending Page Blacklist: Yes): until "
+                "they are retired they can still be allocated and cause more memory errors",
+                f"retire them: with nothing running on the GPU, reset it ({_each(pending, '-r')}), or reboot",
+            )
+        ]
+    unknown = _state_unknown(gpu, "retired_pages.pending")
+    if unknown:
+        return [_unreadable("retired_pages_pending", "gpu_facts.state.unknown", unknown, "pages pending retirement")]
+    reported = (state.get("reported") or {}).get("retired_pages.pending", [])
+    detail = (
+        f"no page pending retirement ({len(reported)} GPUs report it)"
+        if reported
+        else f"page retirement {_not_read(gpu, 'retired_pages.pending')}: Ampere and later GPUs remap rows instead"
+    )
+    return [check("retired_pages_pending", PASS, fact, [], [], detail)]
+
+
+def _row_remap_pending_check(gpu: dict, req: dict) -> list[dict]:
+    state = gpu.get("state") or {}
+    pending = state.get("remapped_rows_pending", [])
+    fact = "gpu_facts.state.remapped_rows_pending"
+    if pending:
+        return [
+            check(
+                "row_remap_pending",
+                WARN,
+                fact,
+                pending,
+                [],
+                f"a row remapping is pending at {_gpus(pending)} (Remapped Rows / Pending: Yes): a memory row failed "
+                "and its spare row takes over only at the next GPU reset; until then error containment and dynamic "
+                "page offlining keep new work off it",
+                f"apply it: with nothing running on the GPU, reset it ({_each(pending, '-r')}), or reboot; then "
+                "`nvidia-smi -q -d ROW_REMAPPER` shows Pending: No",
+            )
+        ]
+    unknown = _state_unknown(gpu, "remapped_rows.pending")
+    if unknown:
+        return [_unreadable("row_remap_pending", "gpu_facts.state.unknown", unknown, "pending row remapping")]
+    reported = (state.get("reported") or {}).get("remapped_rows.pending", [])
+    detail = (
+        f"no row remapping pending ({len(reported)} GPUs report it)"
+        if reported
+        else f"row remapping {_not_read(gpu, 'remapped_rows.pending')}"
+    )
+    return [check("row_remap_pending", PASS, fact, [], [], detail)]
+
+
+def _row_remap_failure_check(gpu: dict, req: dict) -> list[dict]:
+    state = gpu.get("state") or {}
+    failed_gpus = state.get("remapped_rows_failure", [])
+    fact = "gpu_facts.state.remapped_rows_failure"
+    if failed_gpus:
+        return [
+            check(
+                "row_remap_failure",
+                FAIL,
+                fact,
+                failed_gpus,
+                [],
+                f"row remapping has failed at {_gpus(failed_gpus)} (Remapping Failure Occurred: Yes): a memory bank "
+                "has no spare row left for a failing one, and its errors keep coming back; tensor parallel "
+                f"{req['gpu_count']} needs every GPU",
+                f"replace the GPU: the row remapping failure flag is NVIDIA's RMA criterion once NVIDIA's field "
+                f"diagnostic confirms it; `nvidia-smi -q -d ROW_REMAPPER -i {failed_gpus[0]}` shows the counts",
+            )
+        ]
+    unknown = _state_unknown(gpu, "remapped_rows.failure")
+    if unknown:
+        return [_unreadable("row_remap_failure", "gpu_facts.state.unknown", unknown, "row remapping failure")]
+    reported = (state.get("reported") or {}).get("remapped_rows.failure", [])
+    detail = (
+        f"no row remapping failure ({len(reported)} GPUs report it)"
+        if reported
+        else f"row remapping failures {_not_read(gpu, 'remapped_rows.failure')}"
+    )
+    return [check("row_remap_failure", PASS, fact, [], [], detail)]
+
+
 # The checks of a host whose driver answers, in the order the preflight table shows them.
 GPU_CHECKS = (
     _gpu_count_check,
@@ -291,6 +521,11 @@ GPU_CHECKS = (
     _topology_check,
     _pcie_link_check,
     _nvswitch_check,
+    _mig_mode_check,
+    _ecc_mode_check,
+    _retired_pages_check,
+    _row_remap_pending_check,
+    _row_remap_failure_check,
 )
 
 

@@ -2,7 +2,16 @@
 
 Pure Python (no Ansible import), so the same code serves the nvidia_gpu_facts module on the hosts and the
 unit tests on the control node. Robust to what real drivers print: units in headers and values, `[N/A]`,
-`[Not Supported]`, odd spacing, ANSI escapes in `topo -m`, drivers that do not know `compute_cap`.
+`[Not Supported]`, odd spacing, ANSI escapes in `topo -m`, drivers that do not know `compute_cap` (or a state field).
+
+The preflight asks for PREFLIGHT_FIELDS in one `--query-gpu` call: the identity, memory, driver and link fields
+(QUERY_FIELDS) and the GPU state (STATE_FIELDS: MIG mode, ECC mode, pages pending retirement, pending row remappings,
+row remapping failures; docs/field.md#gpu-state-mig-ecc-retired-pages-and-row-remapping). Driver 580 prints the
+state as words, with and without `nounits` (tests/fixtures/nvidia-smi/h200-x1, a real H200):
+`Disabled, Disabled, Enabled, Enabled, [N/A], No, No`. Modes stay the words `Enabled`/`Disabled`, the pending and
+failure flags become booleans (`Yes`/`No`), `[N/A]`/`[Not Supported]` become None (the A100/A800 and H100/H200 print
+`[N/A]` for `retired_pages.pending`: they remap rows instead of retiring pages), and a word the parser does not know
+is kept as it was printed, so that a check can show it instead of guessing.
 """
 
 from __future__ import annotations
@@ -25,6 +34,21 @@ QUERY_FIELDS: tuple[str, ...] = (
     "pcie.link.width.current",
     "pcie.link.width.max",
 )
+# The GPU state the preflight judges (plugins/filter/preflight.py), in the order asked for after QUERY_FIELDS. Field
+# names of the driver's own `nvidia-smi --help-query-gpu` (tests/fixtures/nvidia-smi/h200-x2/help-query-gpu.txt,
+# driver 580.159.04).
+STATE_FIELDS: tuple[str, ...] = (
+    "mig.mode.current",
+    "mig.mode.pending",
+    "ecc.mode.current",
+    "ecc.mode.pending",
+    "retired_pages.pending",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+)
+# What nvidia_gpu_facts asks for; a driver that does not know one of OPTIONAL_FIELDS is asked again without it.
+PREFLIGHT_FIELDS: tuple[str, ...] = QUERY_FIELDS + STATE_FIELDS
+OPTIONAL_FIELDS: frozenset[str] = frozenset({"compute_cap", *STATE_FIELDS})
 
 # Values that nvidia-smi prints for "no value".
 _MISSING = {"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]", ""}
@@ -36,6 +60,10 @@ _INT_FIELDS = {
     "pcie.link.width.max",
 }
 _MIB_FIELDS = {"memory.total", "memory.used", "memory.free"}
+_MODE_FIELDS = {"mig.mode.current", "mig.mode.pending", "ecc.mode.current", "ecc.mode.pending"}
+_FLAG_FIELDS = {"retired_pages.pending", "remapped_rows.pending", "remapped_rows.failure"}
+_MODES = {"enabled": "Enabled", "disabled": "Disabled"}
+_FLAGS = {"yes": True, "no": False, "true": True, "false": False, "1": True, "0": False}
 _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _HEADER_CELL = re.compile(r"^[a-z][a-z0-9_.]*( \[[^\]]+\])?$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -87,6 +115,10 @@ def _convert(field: str, raw: str) -> Any:
         return int(_number(value))
     if field == "persistence_mode":
         return value.lower() == "enabled"
+    if field in _MODE_FIELDS:
+        return _MODES.get(value.lower(), value)
+    if field in _FLAG_FIELDS:
+        return _FLAGS.get(value.lower(), value)
     if field == "compute_cap":
         return f"{_number(value):.1f}"
     if field == "pci.bus_id":
@@ -213,6 +245,52 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
+def gpu_state(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """The GPU state of STATE_FIELDS as lists of GPU indices, for the preflight's checks.
+
+    fields: the state fields the rows carry (a driver that does not know one was asked without it); mig_enabled:
+    MIG on now; mig_pending_enabled: off now, on at the next reset; mig_pending_disabled: on now, already set to go
+    off at the next reset; ecc_disabled: ECC off now; ecc_pending_enabled: off now, on at the next reboot;
+    ecc_pending_disabled: on now, off at the next reboot; retired_pages_pending, remapped_rows_pending,
+    remapped_rows_failure: the flag is Yes; reported: per field, the GPUs that gave a value (not [N/A] /
+    [Not Supported]); unknown: values the parser does not know, [{"gpu", "field", "value"}].
+    """
+    fields = [f for f in STATE_FIELDS if any(f in g for g in gpus)]
+
+    def having(test) -> list[Any]:
+        return [g.get("index") for g in gpus if test(g)]
+
+    unknown = []
+    for g in gpus:
+        for f in fields:
+            value = g.get(f)
+            known = value is None or (value in _MODES.values() if f in _MODE_FIELDS else isinstance(value, bool))
+            if not known:
+                unknown.append({"gpu": g.get("index"), "field": f, "value": value})
+    return {
+        "fields": fields,
+        "mig_enabled": having(lambda g: g.get("mig.mode.current") == "Enabled"),
+        "mig_pending_enabled": having(
+            lambda g: g.get("mig.mode.current") != "Enabled" and g.get("mig.mode.pending") == "Enabled"
+        ),
+        "mig_pending_disabled": having(
+            lambda g: g.get("mig.mode.current") == "Enabled" and g.get("mig.mode.pending") == "Disabled"
+        ),
+        "ecc_disabled": having(lambda g: g.get("ecc.mode.current") == "Disabled"),
+        "ecc_pending_enabled": having(
+            lambda g: g.get("ecc.mode.current") == "Disabled" and g.get("ecc.mode.pending") == "Enabled"
+        ),
+        "ecc_pending_disabled": having(
+            lambda g: g.get("ecc.mode.current") != "Disabled" and g.get("ecc.mode.pending") == "Disabled"
+        ),
+        "retired_pages_pending": having(lambda g: g.get("retired_pages.pending") is True),
+        "remapped_rows_pending": having(lambda g: g.get("remapped_rows.pending") is True),
+        "remapped_rows_failure": having(lambda g: g.get("remapped_rows.failure") is True),
+        "reported": {f: having(lambda g, f=f: g.get(f) is not None) for f in fields},
+        "unknown": unknown,
+    }
+
+
 def summarize(
     rows: list[dict[str, Any]], topology: dict[str, Any] | None, fabric_states: list[str], nvswitch_devices: int = 0
 ) -> dict[str, Any]:
@@ -248,4 +326,5 @@ def summarize(
         ],
         "topology": topology or {},
         "nvswitch": nvswitch_present(fabric_states, nvswitch_devices),
+        "state": gpu_state(gpus),
     }

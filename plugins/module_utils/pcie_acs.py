@@ -22,6 +22,10 @@ IOMMU is enabled, so the kernel command line matters as much as the BIOS.
 Turning redirection off (docs/field.md#pcie-acs-and-iommu): the BIOS switch, NCCL's setpci loop at boot, or the
 mainline kernel argument `pci=disable_acs_redir=<bdf>;<bdf>...`; each is proven by reading these bits again, not
 by the kernel command line. `disable_acs_redir_arg`, `grub_escape` and `acs_verdict` serve roles/host_tuning.
+
+A locked-down kernel (Secure Boot turns lockdown on: docs/field.md#kernel-lockdown-and-setpci) refuses every write
+from user space to PCI config space, so the setpci method cannot work there; `acs_lockdown_check` refuses it in the
+preflight, before anything is installed, and names the methods that still work (kernel, bios).
 """
 
 from __future__ import annotations
@@ -70,8 +74,9 @@ FIX_ACS = (
 FIX_STILL_ON = {
     "setpci": (
         "read `journalctl -u a800-acs-disable.service` (every device the loop wrote, and any write that failed); "
-        "`systemctl restart a800-acs-disable.service` applies it again; firmware that locks the register needs "
-        "the BIOS switch (host_tuning_acs_method=bios) or host_tuning_acs_method=kernel"
+        "`systemctl restart a800-acs-disable.service` applies it again; firmware that locks the register, or a "
+        "locked-down kernel (`cat /sys/kernel/security/lockdown`), needs the BIOS switch "
+        "(host_tuning_acs_method=bios) or host_tuning_acs_method=kernel"
     ),
     "kernel": (
         "check that /proc/cmdline carries the pci=disable_acs_redir= list (the boot loader regenerated, the host "
@@ -453,3 +458,83 @@ def acs_verdict(report: dict[str, Any], method: str, applied: bool = True) -> di
         f"ACS redirection (ReqRedir+/CmpltRedir+) is still on at {len(left)} bridge(s) {what}: {_ports(report, left)}",
         f"{FIX_STILL_ON[method]}; then {RECHECK}",
     )
+
+
+# --- kernel lockdown (docs/field.md#kernel-lockdown-and-setpci) ---------------------------------------------------
+
+LOCKDOWN_FILE = "/sys/kernel/security/lockdown"
+# The modes that refuse setpci's writes: both include LOCKDOWN_PCI_ACCESS (security/lockdown, include/linux/security.h).
+LOCKED_MODES: tuple[str, ...] = ("integrity", "confidentiality")
+LOCKDOWN_MODES: tuple[str, ...] = ("none", *LOCKED_MODES)
+
+
+def parse_lockdown(text: str | None) -> str | None:
+    """The active mode of /sys/kernel/security/lockdown: `none [integrity] confidentiality` -> 'integrity' (the
+    bracketed one). None without the file (text None: no lockdown LSM in this kernel); the text itself, stripped,
+    when it names no bracketed mode (a check then shows it)."""
+    if text is None:
+        return None
+    match = re.search(r"\[([a-z]+)\]", text)
+    return match.group(1) if match else text.strip()
+
+
+def acs_lockdown_check(
+    lockdown_text: str | None, disable_acs: Any, method: str, source: str = LOCKDOWN_FILE
+) -> dict[str, Any]:
+    """The check record of the ACS method against the kernel's lockdown (read-only; for the preflight and for
+    roles/host_tuning before it installs anything): fail for host_tuning_acs_method=setpci on a locked-down kernel,
+    which refuses every write of setpci to PCI config space (pciutils only warns and exits 0, so the loop cannot
+    tell); pass for the kernel and bios methods, which write nothing from user space."""
+    mode = parse_lockdown(lockdown_text)
+    shown = f"no {source} (no lockdown LSM, or securityfs not mounted)" if mode is None else f"lockdown {mode}"
+    enabled = str(disable_acs).strip().lower() in ("1", "true", "yes", "on", "y", "t")
+    name, fact = "acs_lockdown", source
+    expected = "host_tuning_acs_method kernel or bios under lockdown"
+    if not enabled:
+        return check(
+            name, PASS, fact, mode, expected, f"{shown}: host_tuning_disable_acs is false, no ACS register is written"
+        )
+    if method not in ACS_METHODS:
+        return check(
+            name,
+            FAIL,
+            "host_tuning_acs_method",
+            method,
+            " | ".join(ACS_METHODS),
+            f"host_tuning_acs_method is {method!r}: not a method the role knows",
+            f"set host_tuning_acs_method to one of {', '.join(ACS_METHODS)}",
+        )
+    if method != "setpci":
+        how = {
+            "kernel": "the kernel clears the bits itself at boot (pci=disable_acs_redir=); lockdown restricts only "
+            "user space's direct PCI access",
+            "bios": "nothing is written from the host",
+        }[method]
+        return check(name, PASS, fact, mode, expected, f"{shown}: host_tuning_acs_method={method}, {how}")
+    if mode in LOCKED_MODES:
+        return check(
+            name,
+            FAIL,
+            fact,
+            mode,
+            expected,
+            f"the kernel is locked down ({mode}; Secure Boot turns lockdown on): it refuses every write of setpci to "
+            "PCI config space (kernel_lockdown(7): direct PCI access), so host_tuning_acs_method=setpci cannot turn "
+            "ACS redirection off, and setpci does not even exit non-zero; nothing was changed",
+            "set host_tuning_acs_method: kernel (pci=disable_acs_redir=<bridges> in GRUB, applied by the kernel at "
+            "boot: a reboot, host_tuning_reboot_allowed: true) or host_tuning_acs_method: bios (switch PCIe ACS off "
+            "in the BIOS setup; the report lists the ports); or boot without Secure Boot, which lifts the automatic "
+            "lockdown; or host_tuning_disable_acs: false to report only",
+        )
+    if mode not in (None, "none"):
+        return check(
+            name,
+            WARN,
+            fact,
+            mode,
+            expected,
+            f"the lockdown state {mode!r} names no mode in brackets: setpci's writes may be refused",
+            f"read it on the host: cat {source} (the bracketed mode is active); under integrity or confidentiality "
+            "use host_tuning_acs_method: kernel or bios",
+        )
+    return check(name, PASS, fact, mode, expected, f"{shown}: setpci may write the ACS control registers")

@@ -10,6 +10,9 @@ short_description: Read the GPUs of a host from nvidia-smi
 description:
   - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits), C(nvidia-smi topo -m) and C(nvidia-smi -q)
     and returns the parsed GPU facts as C(gpu_facts). Changes nothing; supports check mode.
+  - The query asks for the GPU state too (MIG mode, ECC mode, pages pending retirement, pending row remappings, row
+    remapping failures: C(gpu_facts.state)); a driver that does not know one of these fields, or C(compute_cap), is
+    asked again without it, and C(gpu_facts.unsupported_fields) names what was left out.
   - A host without nvidia-smi reports C(driver_installed=false) instead of failing, so that a bare host can be
     prepared; a driver that is installed but not answering reports C(driver_loaded=false) and its message.
 options:
@@ -27,7 +30,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(gpu_facts) with count, gpus, models, compute_caps, driver_version, topology, nvswitch, ...
+  description: >-
+    C(gpu_facts) with count, gpus, models, compute_caps, driver_version, topology, nvswitch, state,
+    unsupported_fields, ...
   returned: always
   type: dict
 """
@@ -36,7 +41,8 @@ import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (  # noqa: E402
-    QUERY_FIELDS,
+    OPTIONAL_FIELDS,
+    PREFLIGHT_FIELDS,
     NvidiaSmiError,
     invalid_field,
     parse_fabric_states,
@@ -65,10 +71,16 @@ def main() -> None:
         facts["error"] = "nvidia-smi not found: the NVIDIA driver is not installed"
         module.exit_json(changed=False, ansible_facts={"gpu_facts": facts})
 
-    fields = list(QUERY_FIELDS)
+    fields = list(PREFLIGHT_FIELDS)
+    facts["unsupported_fields"] = []
     rc, out, err = module.run_command([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
-    if rc != 0 and invalid_field(out + err) == "compute_cap":  # drivers before R510
-        fields.remove("compute_cap")
+    # A driver names the first field it does not know (compute_cap before R510): ask again without it.
+    while rc != 0:
+        unknown = invalid_field(out + err)
+        if unknown not in OPTIONAL_FIELDS or unknown not in fields:
+            break
+        fields.remove(unknown)
+        facts["unsupported_fields"].append(unknown)
         rc, out, err = module.run_command([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
     if rc != 0:
         facts["error"] = (out + err).strip() or f"nvidia-smi exited {rc}"

@@ -6,10 +6,13 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: serving_host_facts
-short_description: RAM, weights storage, kernel, Secure Boot state and a .run-installed driver of a serving host
+short_description: RAM, weights storage, kernel, Secure Boot state, a .run-installed driver and a Docker snap
 description:
   - Reads C(/proc/meminfo), the filesystem that holds (or will hold) the weights, the kernel release and the
     Secure Boot state, and returns them as C(host_facts). Changes nothing; supports check mode.
+  - C(docker_snap) says whether Docker is installed from the snap (C(/snap/bin/docker), C(/snap/docker), or the
+    C(docker) on PATH is the snap's), which the container toolkit does not support
+    (plugins/module_utils/docker_snap.py).
 options:
   weights_path:
     description: Directory of the model weights. When it does not exist yet, its nearest existing parent is measured.
@@ -26,7 +29,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: C(host_facts) with mem_total_gib, mem_available_gib, cpus, kernel, weights, secure_boot, runfile_driver.
+  description: >-
+    C(host_facts) with mem_total_gib, mem_available_gib, cpus, kernel, weights, secure_boot, runfile_driver,
+    docker_snap.
   returned: always
   type: dict
 """
@@ -35,6 +40,7 @@ import glob  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.docker_snap import snap_docker_facts  # noqa: E402
 from ansible_collections.a800.vllm.plugins.module_utils.pagecache import meminfo  # noqa: E402
 
 GIB = 1024**3
@@ -112,6 +118,8 @@ def main() -> None:
         "secure_boot": secure_boot(module),
         # NVIDIA's .run installer leaves its uninstaller here (CUDA Installation Guide, conflicting methods)
         "runfile_driver": RUNFILE_UNINSTALLER if os.path.exists(RUNFILE_UNINSTALLER) else None,
+        # Docker from the snap, which the container toolkit does not support (docs/field.md#docker-from-the-snap)
+        "docker_snap": snap_docker_facts(docker_on_path=module.get_bin_path("docker")),
     }
     module.exit_json(changed=False, ansible_facts={"host_facts": facts})
 

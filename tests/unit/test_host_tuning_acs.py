@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +17,8 @@ import jinja2
 import pytest
 import yaml
 from ansible_collections.a800.vllm.plugins.filter import pcie_acs as acs_filters
+from ansible_collections.a800.vllm.plugins.filter.preflight import preflight_failures
+from ansible_collections.a800.vllm.plugins.module_utils import pcie_acs
 from ansible_collections.a800.vllm.plugins.module_utils.checks import check
 from ansible_collections.a800.vllm.plugins.module_utils.pcie_acs import (
     acs_verdict,
@@ -191,29 +195,18 @@ if sys.argv[1:] != ["-D", "-d", "*:*:*"]:
 for dev in json.load(open(os.environ["FAKE_PCI"]))["devices"]:
     print(dev["slot"] + " " + dev["class"] + ": " + dev["description"])
 """
-FAKE_SETPCI = """#!{python}
-# TEST DOUBLE of setpci: `-v -s BDF ECAP_ACS+0x6.w` reads (fails without the ACS capability),
-# `-v -s BDF ECAP_ACS+0x6.w=VALUE` writes; every call is logged.
-import json, os, sys
-state = json.load(open(os.environ["FAKE_PCI"]))
-args = sys.argv[1:]
-with open(os.environ["FAKE_PCI_LOG"], "a") as log:
-    log.write(" ".join(args) + "\\n")
-if len(args) != 4 or args[:2] != ["-v", "-s"] or not args[3].startswith("ECAP_ACS+0x6.w"):
-    sys.exit("fake setpci: unexpected arguments %r" % args)
-bdf, op = args[2], args[3]
-if bdf not in state["acs"]:
-    sys.exit("setpci: Capability ACS not found")  # what a device without the capability answers: an error
-if op == "ECAP_ACS+0x6.w":
-    print("001d")
-elif op.startswith("ECAP_ACS+0x6.w=") and bdf not in state.get("locked", []):
-    print("%s:@%s->(%s) ECAP_ACS+0x6.w=%s" % (bdf, "f2a", "0000", op.split("=", 1)[1]))
-else:
-    sys.exit("setpci: write to %s failed" % bdf)
-"""
+# The test bed's stand-in setpci (tests/testbed/identities/bin/setpci): the devices' ACS control registers from a
+# config, refused writes under kernel lockdown as the real tool reports them (a warning, exit status 0).
+STANDIN_SETPCI = ROOT / "tests" / "testbed" / "identities" / "bin" / "setpci"
+LOCKDOWN_ON = "none [integrity] confidentiality\n"  # /sys/kernel/security/lockdown under Secure Boot (Ubuntu)
 
 
-def fake_tools(tmp_path: Path, locked: tuple[str, ...] = (), tools: tuple[str, ...] = ("lspci", "setpci")) -> dict:
+def fake_tools(
+    tmp_path: Path,
+    locked: tuple[str, ...] = (),
+    tools: tuple[str, ...] = ("lspci", "setpci"),
+    lockdown: str | None = None,
+) -> dict:
     """A bin directory with the stand-in tools and awk, and the environment that runs the loop against it."""
     devices = parse_lspci(read(ACS_ON / "lspci-vvv.txt"))
     state = {
@@ -222,23 +215,40 @@ def fake_tools(tmp_path: Path, locked: tuple[str, ...] = (), tools: tuple[str, .
         "locked": list(locked),
     }
     (tmp_path / "pci.json").write_text(json.dumps(state))
+    if lockdown is not None:
+        (tmp_path / "lockdown").write_text(lockdown)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("lspci", FAKE_LSPCI), ("setpci", FAKE_SETPCI)):
-        if name in tools:
-            (bin_dir / name).write_text(text.replace("{python}", sys.executable))
-            (bin_dir / name).chmod(0o755)
+    scripts = {"lspci": FAKE_LSPCI.replace("{python}", sys.executable), "setpci": standin("setpci")}
+    for name in tools:
+        (bin_dir / name).write_text(scripts[name])
+        (bin_dir / name).chmod(0o755)
     (bin_dir / "awk").symlink_to(shutil.which("awk"))
-    env = {"PATH": str(bin_dir), "FAKE_PCI": str(tmp_path / "pci.json"), "FAKE_PCI_LOG": str(tmp_path / "log")}
+    env = {
+        "PATH": str(bin_dir),
+        "FAKE_PCI": str(tmp_path / "pci.json"),
+        "NVIDIA_STANDIN_PCI": str(tmp_path / "pci.json"),
+        "NVIDIA_STANDIN_PCI_STATE": str(tmp_path / "pci-state.json"),
+        "NVIDIA_STANDIN_LOCKDOWN": str(tmp_path / "lockdown"),
+        "NVIDIA_STANDIN_PCI_LOG": str(tmp_path / "log"),
+    }
     return {"env": env, "log": tmp_path / "log", "state": state}
+
+
+def standin(name: str) -> str:
+    """A stand-in of tests/testbed/identities/bin, run by this interpreter (its shebang is the sim host's)."""
+    text = read(ROOT / "tests" / "testbed" / "identities" / "bin" / name)
+    return f"#!{sys.executable}\n" + text.split("\n", 1)[1]
 
 
 def run_script(shell: str, fake: dict) -> subprocess.CompletedProcess:
     return subprocess.run([shutil.which(shell), str(SCRIPT)], env=fake["env"], capture_output=True, text=True)
 
 
-def calls(fake: dict) -> list[list[str]]:
-    return [line.split() for line in fake["log"].read_text().splitlines()] if fake["log"].exists() else []
+def calls(fake: dict) -> list[tuple[bool, str, str]]:
+    """The setpci calls as (verbose, device, register[=value])."""
+    lines = fake["log"].read_text().splitlines() if fake["log"].exists() else []
+    return [(words[0] == "-v", words[-2], words[-1]) for words in map(str.split, lines)]
 
 
 def test_script_is_valid_shell():
@@ -253,14 +263,17 @@ def test_script_writes_0000_to_every_device_with_acs(shell, tmp_path):
     run = run_script(shell, fake)
     assert run.returncode == 0, run.stderr
     log = calls(fake)
-    writes = [c[2] for c in log if c[3] == "ECAP_ACS+0x6.w=0000"]
-    reads = [c[2] for c in log if c[3] == "ECAP_ACS+0x6.w"]
+    writes = [bdf for _, bdf, op in log if op == "ECAP_ACS+0x6.w=0000"]
+    probes = [bdf for verbose, bdf, op in log if verbose and op == "ECAP_ACS+0x6.w"]
+    read_back = [bdf for verbose, bdf, op in log if not verbose and op == "ECAP_ACS+0x6.w"]
     assert writes == REDIRECTING  # exactly the devices with the capability, in lspci's order
     assert sorted(writes) == sorted(fake["state"]["acs"])
-    assert reads == [d["slot"] for d in fake["state"]["devices"]]  # every device is probed first
-    assert all(c[3] in ("ECAP_ACS+0x6.w", "ECAP_ACS+0x6.w=0000") for c in log)  # nothing else is written
-    for bdf in writes:  # each write follows its own probe
-        assert log.index(["-v", "-s", bdf, "ECAP_ACS+0x6.w"]) < log.index(["-v", "-s", bdf, "ECAP_ACS+0x6.w=0000"])
+    assert probes == [d["slot"] for d in fake["state"]["devices"]]  # every device is probed first
+    assert read_back == writes  # and every write is read back
+    assert all(op in ("ECAP_ACS+0x6.w", "ECAP_ACS+0x6.w=0000") for _, _, op in log)  # nothing else is written
+    for bdf in writes:  # each write follows its own probe, and its read-back follows it
+        probe, write = log.index((True, bdf, "ECAP_ACS+0x6.w")), log.index((True, bdf, "ECAP_ACS+0x6.w=0000"))
+        assert probe < write < log.index((False, bdf, "ECAP_ACS+0x6.w"))
     gpus = {"0000:19:00.0", "0000:1a:00.0", "0000:3b:00.0", "0000:3c:00.0"}
     assert not gpus & set(writes)
     assert (
@@ -271,13 +284,36 @@ def test_script_writes_0000_to_every_device_with_acs(shell, tmp_path):
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_script_fails_when_a_write_fails_and_still_writes_the_rest(shell, tmp_path):
+    # firmware that keeps one register as it is: the write is taken, the value read back is still 001d
     fake = fake_tools(tmp_path, locked=("0000:18:00.0",))
     run = run_script(shell, fake)
     assert run.returncode == 1
-    assert "could not write the ACS control register of 0000:18:00.0" in run.stderr
-    writes = [c[2] for c in calls(fake) if c[3] == "ECAP_ACS+0x6.w=0000"]
+    assert "could not write the ACS control register of 0000:18:00.0 (it reads '001d' after the write" in run.stderr
+    writes = [bdf for _, bdf, op in calls(fake) if op == "ECAP_ACS+0x6.w=0000"]
     assert writes == REDIRECTING  # the others were written all the same
     assert "cleared on 13 device(s), 1 failed" in run.stdout
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_script_counts_the_writes_a_locked_down_kernel_refused(shell, tmp_path):
+    """Under lockdown setpci only warns and exits 0 (pciutils does not check its writes): the loop must not report
+    the registers as cleared. Before the read-back it did: `cleared on 14 device(s), 0 failed`, exit status 0."""
+    fake = fake_tools(tmp_path, lockdown=LOCKDOWN_ON)
+    run = run_script(shell, fake)
+    assert run.stderr.count("pcilib: sysfs_write: write failed: Operation not permitted") == 14
+    assert run.returncode == 1
+    assert run.stdout.strip().splitlines()[-1] == (
+        "a800-acs-disable: ACS control register cleared on 0 device(s), 14 failed"
+    )
+    assert "cat /sys/kernel/security/lockdown" in run.stderr
+
+
+def test_script_clears_every_register_with_lockdown_none(tmp_path):
+    # (no lockdown file at all, no lockdown LSM: test_script_writes_0000_to_every_device_with_acs)
+    fake = fake_tools(tmp_path, lockdown="[none] integrity confidentiality\n")
+    run = run_script("sh", fake)
+    assert run.returncode == 0, run.stderr
+    assert "cleared on 14 device(s), 0 failed" in run.stdout
 
 
 @pytest.mark.parametrize("missing", ["lspci", "setpci"])
@@ -287,6 +323,193 @@ def test_script_fails_without_pciutils(missing, tmp_path):
     assert run.returncode == 1
     assert f"{missing} not found (install pciutils)" in run.stderr
     assert calls(fake) == []
+
+
+# --- the stand-in setpci itself (tests/testbed/identities/bin/setpci) ---------------------------------------------
+
+
+def setpci(fake: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(STANDIN_SETPCI), *args], env=fake["env"], capture_output=True, text=True, check=False
+    )
+
+
+def test_standin_setpci_reads_and_writes_like_setpci(tmp_path):
+    fake = fake_tools(tmp_path)
+    assert setpci(fake, "-s", "0000:18:00.0", "ECAP_ACS+0x6.w").stdout == "001d\n"
+    assert setpci(fake, "-v", "-s", "0000:18:00.0", "ECAP_ACS+0x6.w").stdout == (
+        "0000:18:00.0 (ecap 000d @f24) @f2a = 001d\n"
+    )
+    write = setpci(fake, "-v", "-s", "0000:18:00.0", "ECAP_ACS+0x6.w=0000")
+    assert (write.returncode, write.stdout, write.stderr) == (0, "0000:18:00.0 (ecap 000d @f24) @f2a 0000\n", "")
+    assert setpci(fake, "-s", "0000:18:00.0", "ECAP_ACS+0x6.w").stdout == "0000\n"  # until the next boot
+    assert setpci(fake, "-s", "0000:18:01.0", "ECAP_ACS+0x6.w").stdout == "001d\n"  # the others as they were
+    none = setpci(fake, "-v", "-s", "0000:19:00.0", "ECAP_ACS+0x6.w")  # a GPU: no ACS capability
+    assert none.returncode == 1 and "Extended capability 000d not found" in none.stderr
+    assert setpci(fake, "-s", "0000:18:00.0", "COMMAND").returncode == 1  # only the loop's forms
+
+
+@pytest.mark.parametrize("mode", ["integrity", "confidentiality"])
+def test_standin_setpci_refuses_writes_under_lockdown_as_the_kernel(mode, tmp_path):
+    text = " ".join(f"[{m}]" if m == mode else m for m in ("none", "integrity", "confidentiality")) + "\n"
+    fake = fake_tools(tmp_path, lockdown=text)
+    write = setpci(fake, "-v", "-s", "0000:18:00.0", "ECAP_ACS+0x6.w=0000")
+    assert write.returncode == 0  # setpci does not check its writes
+    assert write.stderr == "pcilib: sysfs_write: write failed: Operation not permitted\n"
+    assert setpci(fake, "-s", "0000:18:00.0", "ECAP_ACS+0x6.w").stdout == "001d\n"  # unchanged
+    assert setpci(fake, "-v", "-s", "0000:18:00.0", "ECAP_ACS+0x6.w").returncode == 0  # reading is allowed
+
+
+def test_identity_installs_the_standin_where_the_loop_finds_it():
+    """The identity puts setpci in /usr/local/sbin (before /usr/sbin on systemd's PATH, so the unit runs it) and
+    writes the lockdown file the simulated hosts read (inventories/sim), in securityfs's format."""
+    task = yaml.safe_load((ROOT / "tests/testbed/tasks/sim_host_identity.yml").read_text())[0]
+    cmd = task["ansible.builtin.shell"]["cmd"]
+    assert '/bin/setpci\') | quote }} "$c:/usr/local/sbin/setpci"' in cmd
+    sim = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/simulated_host.yml").read_text())
+    assert f"tee {sim['host_tuning_lockdown_file']} >/dev/null" in cmd
+    assert 'NVIDIA_STANDIN_LOCKDOWN", "' + sim["host_tuning_lockdown_file"] + '"' in read(STANDIN_SETPCI)
+    env = jinja2.Environment()
+    env.filters["regex_replace"] = lambda value, pattern, replacement: re.sub(pattern, replacement, value)
+    rendered = env.from_string(task["vars"]["__lockdown"]).render(sim_host={"lockdown": "integrity"})
+    assert rendered.strip() == "none [integrity] confidentiality"
+
+
+# --- kernel lockdown against the ACS method (the preflight's acs_lockdown check) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("none [integrity] confidentiality\n", "integrity"),
+        ("[none] integrity confidentiality\n", "none"),
+        ("none integrity [confidentiality]", "confidentiality"),
+        (None, None),  # no file: no lockdown LSM
+        ("garbled\n", "garbled"),
+    ],
+)
+def test_parse_lockdown(text, mode):
+    assert pcie_acs.parse_lockdown(text) == mode
+
+
+def test_setpci_under_lockdown_fails_and_names_the_methods_that_work():
+    result = pcie_acs.acs_lockdown_check(LOCKDOWN_ON, True, "setpci")
+    assert set(result) == set(check("x", "pass"))  # the project's check record
+    assert (result["name"], result["status"], result["measured"]) == ("acs_lockdown", "fail", "integrity")
+    assert result["fact"] == "/sys/kernel/security/lockdown"
+    assert "refuses every write of setpci to PCI config space" in result["detail"]
+    assert "nothing was changed" in result["detail"]
+    for name in ("host_tuning_acs_method: kernel", "host_tuning_acs_method: bios", "host_tuning_disable_acs: false"):
+        assert name in result["fix"]
+    assert "host_tuning_reboot_allowed" in result["fix"] and "Secure Boot" in result["fix"]
+    line = preflight_failures([result])[0]
+    assert line.startswith("acs_lockdown: the kernel is locked down (integrity") and "Fix: set" in line
+
+
+@pytest.mark.parametrize(
+    ("text", "disable", "method", "status"),
+    [
+        ("none integrity [confidentiality]\n", True, "setpci", "fail"),
+        ("none integrity [confidentiality]\n", "true", "setpci", "fail"),  # -e host_tuning_disable_acs=true
+        (LOCKDOWN_ON, True, "kernel", "pass"),  # the kernel clears the bits itself at boot
+        (LOCKDOWN_ON, True, "bios", "pass"),
+        (LOCKDOWN_ON, False, "setpci", "pass"),  # nothing is written
+        (LOCKDOWN_ON, "false", "setpci", "pass"),
+        ("[none] integrity confidentiality\n", True, "setpci", "pass"),
+        (None, True, "setpci", "pass"),  # no lockdown LSM
+        ("unreadable: Permission denied", True, "setpci", "warn"),
+        (LOCKDOWN_ON, True, "noacs", "fail"),  # not a method: the variable is named
+    ],
+)
+def test_lockdown_check_cases(text, disable, method, status):
+    result = pcie_acs.acs_lockdown_check(text, disable, method)
+    assert result["status"] == status, result
+    assert (result["fix"] == "") == (status == "pass")
+    if method == "noacs":
+        assert result["fact"] == "host_tuning_acs_method" and "setpci, kernel, bios" in result["fix"]
+
+
+def test_lockdown_check_filter_is_exported():
+    assert acs_filters.FilterModule().filters()["acs_lockdown_check"](LOCKDOWN_ON, True, "setpci")["status"] == "fail"
+
+
+def test_role_checks_the_lockdown_before_it_installs_anything():
+    tasks = yaml.safe_load((ROLE / "tasks" / "acs.yml").read_text())
+    names = [t["name"] for t in tasks]
+    include = names.index("Check that the ACS method can work here (a locked-down kernel refuses setpci's writes)")
+    stop = names.index("Stop before anything is installed when it cannot")
+    assert include < stop < names.index("Install pciutils (lspci reads the ACS bits, setpci writes them)")
+    assert tasks[include]["ansible.builtin.include_tasks"] == "preflight.yml"
+    assert "a800.vllm.preflight_failures" in tasks[stop]["ansible.builtin.fail"]["msg"]
+    preflight = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+    assert preflight[0]["ansible.builtin.slurp"]["src"] == "{{ host_tuning_lockdown_file }}"
+    # the preflight role runs the same tasks, and reports their records with its own
+    main = yaml.safe_load((ROOT / "roles" / "preflight" / "tasks" / "main.yml").read_text())
+    include_role = next(t["ansible.builtin.include_role"] for t in main if "host_tuning" in str(t))
+    assert include_role == {"name": "host_tuning", "tasks_from": "preflight.yml"}
+    results = next(t for t in main if t["name"] == "Check the facts against the model profile")
+    assert "host_tuning_preflight_results" in results["ansible.builtin.set_fact"]["preflight_results"]
+
+
+def test_lockdown_file_is_a_documented_variable():
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert spec["host_tuning_lockdown_file"]["default"] == defaults["host_tuning_lockdown_file"]
+    assert defaults["host_tuning_lockdown_file"] == pcie_acs.LOCKDOWN_FILE == "/sys/kernel/security/lockdown"
+
+
+def test_role_preflight_tasks_judge_the_lockdown_file(tmp_path):
+    """roles/host_tuning/tasks/preflight.yml run by ansible-playbook on local hosts, one per lockdown file."""
+    cases = {
+        "locked": (LOCKDOWN_ON, "setpci", "fail"),
+        "kernel": (LOCKDOWN_ON, "kernel", "pass"),
+        "unlocked": ("[none] integrity confidentiality\n", "setpci", "pass"),
+        "nofile": (None, "setpci", "pass"),
+    }
+    hosts = {}
+    for name, (text, method, _) in cases.items():
+        path = tmp_path / f"{name}-lockdown"
+        if text is not None:
+            path.write_text(text)
+        hosts[name] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "host_tuning_lockdown_file": str(path),
+            "host_tuning_disable_acs": True,
+            "host_tuning_acs_method": method,
+        }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    out = tmp_path / "out"
+    out.mkdir()
+    play = {
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [
+            {"ansible.builtin.include_role": {"name": "host_tuning", "tasks_from": "preflight.yml"}},
+            {
+                "ansible.builtin.copy": {
+                    "content": "{{ host_tuning_preflight_results | to_json }}",
+                    "dest": str(out) + "/{{ inventory_hostname }}.json",
+                    "mode": "0644",
+                }
+            },
+        ],
+    }
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_HOME=str(ROOT / ".ansible-home"))
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    if not playbook.exists():
+        pytest.skip(f"ansible-playbook not installed beside {sys.executable}")
+    run = subprocess.run(
+        [str(playbook), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for name, (_, _, status) in cases.items():
+        (result,) = json.loads((out / f"{name}.json").read_text())
+        assert result["status"] == status, (name, result)
+    assert json.loads((out / "nofile.json").read_text())[0]["measured"] is None
+    assert json.loads((out / "locked.json").read_text())[0]["measured"] == "integrity"
 
 
 def test_unit_runs_the_loop_before_docker():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from ansible_collections.a800.vllm.plugins.module_utils import nvidia_smi
 from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (
@@ -17,7 +19,7 @@ from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (
     summarize,
     version_tuple,
 )
-from conftest import strip_rc
+from conftest import NVIDIA_SMI_FIXTURES, read_fixture, strip_rc
 
 H200_UUIDS = ["GPU-c5d0cbba-f6fe-5e29-c3c9-336ce9f697c3", "GPU-f0bfff09-a92d-2f25-c80d-b7fa340b4110"]
 OLD_DRIVER_FIELDS = tuple(f for f in QUERY_FIELDS if f != "compute_cap")
@@ -408,3 +410,155 @@ def test_query_fields_are_the_captured_ones(real):
     header = real("query.csv").splitlines()[0]
     names = [cell.split(" [")[0].strip() for cell in header.split(",")]
     assert tuple(names) == nvidia_smi.QUERY_FIELDS
+
+
+# --- GPU state: MIG, ECC, page retirement, row remapping (issue 31, item 13) ------------------------------------
+# The new names are read from the module inside each test (nvidia_smi.X), so that each test fails on its own where
+# they are missing.
+
+H200_X1_UUID = "GPU-eae2da8a-1ea4-d2fd-79ef-bd90468e8082"
+
+
+@pytest.mark.parametrize("name", ["query-state.csv", "query-state-noheader.csv", "query-state-nounits.csv"])
+def test_real_h200_state_query_all_formats(name):
+    # recorded on a real H200, driver 580.159.04: `Disabled, Disabled, Enabled, Enabled, [N/A], No, No`
+    rows = parse_query_csv(read_fixture(f"h200-x1/{name}"), nvidia_smi.PREFLIGHT_FIELDS)
+    assert len(rows) == 1
+    row = rows[0]
+    assert list(row) == list(nvidia_smi.QUERY_FIELDS + nvidia_smi.STATE_FIELDS)
+    assert (row["index"], row["uuid"], row["memory.total"], row["driver_version"]) == (
+        0,
+        H200_X1_UUID,
+        143771,
+        "580.159.04",
+    )
+    assert row["mig.mode.current"] == row["mig.mode.pending"] == "Disabled"
+    assert row["ecc.mode.current"] == row["ecc.mode.pending"] == "Enabled"
+    assert row["retired_pages.pending"] is None  # [N/A]: Hopper remaps rows instead of retiring pages
+    assert row["remapped_rows.pending"] is False
+    assert row["remapped_rows.failure"] is False
+
+
+def test_real_h200_state_header_has_no_units_and_names_the_fields():
+    header = read_fixture("h200-x1/query-state.csv").splitlines()[0]
+    names = [cell.strip() for cell in header.split(",")]
+    assert names[-len(nvidia_smi.STATE_FIELDS) :] == list(nvidia_smi.STATE_FIELDS)
+    assert tuple(cell.split(" [")[0] for cell in names) == nvidia_smi.PREFLIGHT_FIELDS
+    # without the field list the header names the columns as well
+    assert parse_query_csv(read_fixture("h200-x1/query-state.csv")) == parse_query_csv(
+        read_fixture("h200-x1/query-state.csv"), nvidia_smi.PREFLIGHT_FIELDS
+    )
+
+
+def test_real_h200_state_summary_is_healthy():
+    rows = parse_query_csv(read_fixture("h200-x1/query-state-nounits.csv"), nvidia_smi.PREFLIGHT_FIELDS)
+    state = summarize(rows, None, [])["state"]
+    assert state["fields"] == list(nvidia_smi.STATE_FIELDS)
+    for key in (
+        "mig_enabled",
+        "mig_pending_enabled",
+        "ecc_disabled",
+        "ecc_pending_disabled",
+        "retired_pages_pending",
+        "remapped_rows_pending",
+        "remapped_rows_failure",
+    ):
+        assert state[key] == [], key
+    assert state["reported"]["retired_pages.pending"] == []  # every GPU printed [N/A]
+    assert state["reported"]["remapped_rows.pending"] == [0]
+    assert state["unknown"] == []
+
+
+def test_real_unknown_state_field_is_named_for_the_retry():
+    text = read_fixture("h200-x1/query-bad-state-field.txt")
+    assert invalid_field(text) == "remapped_rows.no_such"
+    assert "remapped_rows.pending" in nvidia_smi.OPTIONAL_FIELDS  # nvidia_gpu_facts asks again without such a field
+    assert "index" not in nvidia_smi.OPTIONAL_FIELDS and "name" not in nvidia_smi.OPTIONAL_FIELDS
+
+
+def test_real_help_offers_the_commands_of_the_fixes():
+    # the fixes name `-mig 0`, `-e 1`, `-r` and `-i N`: this driver's own -h has them
+    text = read_fixture("h200-x1/help.txt")
+    for option in ("-mig  --multi-instance-gpu=", "-e,   --ecc-config=", "-r    --gpu-reset", "-i,   --id="):
+        assert option in text, option
+    for field in nvidia_smi.STATE_FIELDS:  # and driver 580's --help-query-gpu knows every state field
+        assert f'"{field}"' in read_fixture("h200-x2/help-query-gpu.txt"), field
+
+
+def test_synthetic_a800_state_is_healthy():
+    rows = parse_query_csv(read_fixture("synthetic/a800-x8-query-state.csv"), nvidia_smi.PREFLIGHT_FIELDS)
+    assert len(rows) == 8
+    state = summarize(rows, None, [])["state"]
+    assert state["mig_enabled"] == state["ecc_disabled"] == state["remapped_rows_pending"] == []
+    assert state["reported"]["mig.mode.current"] == list(range(8))
+
+
+def test_synthetic_faults_each_gpu_its_own():
+    rows = parse_query_csv(read_fixture("synthetic/a800-x8-query-state-faults.csv"), nvidia_smi.PREFLIGHT_FIELDS)
+    state = summarize(rows, None, [])["state"]
+    assert state["mig_enabled"] == [1, 3]
+    assert state["mig_pending_enabled"] == []
+    assert state["mig_pending_disabled"] == [3]  # -mig 0 was run, the reset is still to come
+    assert state["ecc_disabled"] == [2]
+    assert state["ecc_pending_enabled"] == [2]  # -e 1 was run, the reboot is still to come
+    assert state["ecc_pending_disabled"] == [6]
+    assert state["remapped_rows_pending"] == [4, 5]
+    assert state["remapped_rows_failure"] == [5]
+    assert state["retired_pages_pending"] == []
+    assert rows[7]["remapped_rows.pending"] is None and rows[7]["remapped_rows.failure"] is None  # [Not Supported]
+    assert 7 not in state["reported"]["remapped_rows.pending"]
+    assert state["unknown"] == []
+
+
+@pytest.mark.parametrize(("raw", "value"), [("Yes", True), ("No", False), ("yes", True), (" No ", False)])
+def test_state_flags(raw, value):
+    # ([N/A] and [Not Supported] are None for every field, these too: test_synthetic_faults_each_gpu_its_own)
+    text = f"index, remapped_rows.pending, retired_pages.pending\n0, {raw}, {raw}\n"
+    row = parse_query_csv(text)[0]
+    assert row["remapped_rows.pending"] is value
+    assert row["retired_pages.pending"] is value
+
+
+@pytest.mark.parametrize(("raw", "value"), [("enabled", "Enabled"), ("DISABLED", "Disabled")])
+def test_state_modes(raw, value):
+    # the driver's words in any case become its own spelling (Enabled / Disabled), which the summary compares
+    row = parse_query_csv(f"index, mig.mode.current, ecc.mode.current\n0, {raw}, {raw}\n")[0]
+    assert row["mig.mode.current"] == row["ecc.mode.current"] == value
+
+
+def test_unknown_state_words_are_kept_and_reported():
+    # a word the parser does not know is kept as printed, never guessed as fine or faulty
+    text = "index, mig.mode.current, remapped_rows.pending\n0, Partial, Maybe\n1, Disabled, No\n"
+    rows = parse_query_csv(text)
+    assert rows[0]["mig.mode.current"] == "Partial" and rows[0]["remapped_rows.pending"] == "Maybe"
+    state = summarize(rows, None, [])["state"]
+    assert state["mig_enabled"] == [] and state["remapped_rows_pending"] == []
+    assert state["unknown"] == [
+        {"gpu": 0, "field": "mig.mode.current", "value": "Partial"},
+        {"gpu": 0, "field": "remapped_rows.pending", "value": "Maybe"},
+    ]
+
+
+def test_pre_ampere_gpu_retires_pages():
+    # a V100 has no row remapper ([N/A]) and reports pages pending retirement instead
+    text = (
+        "index, name, retired_pages.pending, remapped_rows.pending, remapped_rows.failure\n"
+        "0, Tesla V100-SXM2-32GB, Yes, [N/A], [N/A]\n"
+    )
+    state = summarize(parse_query_csv(text), None, [])["state"]
+    assert state["retired_pages_pending"] == [0]
+    assert state["reported"]["remapped_rows.pending"] == []
+
+
+def test_rows_without_state_fields_have_an_empty_state():
+    # the identity-only query (QUERY_FIELDS, as recorded in h200-x2): nothing read, nothing claimed
+    state = summarize(parse_query_csv(read_fixture("synthetic/a800-x8-query.csv"), QUERY_FIELDS), None, [])["state"]
+    assert state["fields"] == [] and state["mig_enabled"] == [] and state["unknown"] == []
+
+
+def test_capture_script_records_the_preflight_query():
+    # capture.sh (what the lead runs on a real GPU host) asks for exactly the module's PREFLIGHT_FIELDS
+    script = (NVIDIA_SMI_FIXTURES / "capture.sh").read_text()
+    values = dict(line.split("=", 1) for line in script.splitlines() if re.match(r"^(q|state)=", line))
+    assert tuple(f"{values['q']},{values['state']}".split(",")) == nvidia_smi.PREFLIGHT_FIELDS
+    assert "run query-state.csv nvidia-smi --query-gpu=$q,$state --format=csv\n" in script

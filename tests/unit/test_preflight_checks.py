@@ -7,6 +7,7 @@ import copy
 import pytest
 from ansible_collections.a800.vllm.plugins.filter import preflight
 from ansible_collections.a800.vllm.plugins.filter.preflight import preflight_checks, preflight_failures, preflight_table
+from ansible_collections.a800.vllm.plugins.module_utils import nvidia_smi
 from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (
     QUERY_FIELDS,
     parse_fabric_states,
@@ -515,3 +516,179 @@ def test_filter_plugin_exports():
         "preflight_failures": preflight_failures,
         "preflight_table": preflight_table,
     }
+
+
+# --- GPU state: MIG, ECC, page retirement, row remapping (issue 31, item 13) ------------------------------------
+# Decided: MIG on (now or at the next reset) and a row remapping failure fail; ECC off, pages pending retirement and a
+# pending row remapping warn (vLLM runs; docs/field.md#gpu-state-mig-ecc-retired-pages-and-row-remapping says why).
+
+STATE_CHECKS = ("mig_mode", "ecc_mode", "retired_pages_pending", "row_remap_pending", "row_remap_failure")
+
+
+def state_facts(query: str = "synthetic/a800-x8-query-state.csv", per_gpu: dict | None = None, **row_changes) -> dict:
+    """gpu_facts of the 8x A800 read with the preflight's whole query (the GPU state too); per_gpu: {index: changes}."""
+    rows = parse_query_csv(read_fixture(query), nvidia_smi.PREFLIGHT_FIELDS)
+    for row in rows:
+        row.update(row_changes)
+        row.update((per_gpu or {}).get(row["index"], {}))
+    facts = dict(no_driver(), driver_installed=True, driver_loaded=True, error=None)
+    facts.update(
+        summarize(
+            rows,
+            parse_topology(read_fixture("synthetic/a800-x8-topo.txt")),
+            parse_fabric_states(read_fixture("synthetic/a800-x8-q.txt")),
+        )
+    )
+    return facts
+
+
+def state_checks(facts: dict) -> dict[str, dict]:
+    return by_name(preflight_checks(facts, HOST, REQUIREMENTS))
+
+
+def test_healthy_state_passes_every_state_check():
+    checks = state_checks(state_facts())
+    for name in STATE_CHECKS:
+        assert checks[name]["status"] == "pass", name
+        assert checks[name]["fix"] == ""
+    assert checks["mig_mode"]["detail"] == "MIG mode off on every GPU (8 report it)"
+    assert checks["ecc_mode"]["detail"] == "ECC on at every GPU (8 report it)"
+    # the A800 prints [N/A] for pages pending retirement: it remaps rows instead
+    assert "Ampere and later GPUs remap rows instead" in checks["retired_pages_pending"]["detail"]
+    assert failed(preflight_checks(state_facts(), HOST, REQUIREMENTS)) == []
+
+
+def test_real_h200_state_passes():
+    rows = parse_query_csv(read_fixture("h200-x1/query-state.csv"), nvidia_smi.PREFLIGHT_FIELDS)
+    facts = dict(no_driver(), driver_installed=True, driver_loaded=True, error=None)
+    facts.update(summarize(rows, None, []))
+    checks = state_checks(facts)
+    assert [checks[name]["status"] for name in STATE_CHECKS] == ["pass"] * 5
+
+
+def test_mig_enabled_fails_with_the_commands_that_turn_it_off():
+    checks = state_checks(state_facts(**{"mig.mode.current": "Enabled", "mig.mode.pending": "Enabled"}))
+    mig = checks["mig_mode"]
+    assert mig["status"] == "fail"
+    assert (mig["fact"], mig["measured"], mig["expected"]) == ("gpu_facts.state.mig_enabled", list(range(8)), [])
+    assert mig["detail"].startswith("MIG mode is on at GPUs 0, 1, 2, 3, 4, 5, 6, 7")
+    assert "tensor parallel" in mig["detail"]
+    assert "`for i in 0 1 2 3 4 5 6 7; do sudo nvidia-smi -i $i -mig 0; done`" in mig["fix"]
+    assert "`for i in 0 1 2 3 4 5 6 7; do sudo nvidia-smi -i $i -r; done`" in mig["fix"] and "reboot" in mig["fix"]
+    assert "-dgi" in mig["fix"]  # MIG instances go first
+    (line,) = [x for x in preflight_failures(list(checks.values())) if x.startswith("mig_mode: ")]
+    assert "gpu_facts.state.mig_enabled" in line and "Fix: turn MIG off" in line
+
+
+def test_mig_on_one_gpu_names_only_that_gpu():
+    mig = state_checks(state_facts(per_gpu={5: {"mig.mode.current": "Enabled", "mig.mode.pending": "Enabled"}}))[
+        "mig_mode"
+    ]
+    assert (mig["status"], mig["measured"]) == ("fail", [5])
+    assert "`sudo nvidia-smi -i 5 -mig 0`" in mig["fix"] and "`sudo nvidia-smi -i 5 -r`" in mig["fix"]
+
+
+def test_mig_turning_on_at_the_next_reset_fails_before_the_reboot_makes_it_so():
+    mig = state_checks(state_facts(per_gpu={2: {"mig.mode.pending": "Enabled"}}))["mig_mode"]
+    assert (mig["status"], mig["measured"]) == ("fail", [2])
+    assert "GPU 2 turns it on at the next GPU reset or reboot (pending Enabled)" in mig["detail"]
+    assert "`sudo nvidia-smi -i 2 -mig 0`" in mig["fix"]
+    assert "-r`" not in mig["fix"]  # MIG is off now: setting it back needs no reset
+
+
+def test_mig_already_set_to_go_off_needs_only_the_reset():
+    mig = state_checks(state_facts(per_gpu={3: {"mig.mode.current": "Enabled", "mig.mode.pending": "Disabled"}}))[
+        "mig_mode"
+    ]
+    assert mig["status"] == "fail"
+    assert "GPU 3 is already set to turn it off at the next GPU reset" in mig["detail"]
+    assert "-mig 0" not in mig["fix"]
+    assert "`sudo nvidia-smi -i 3 -r`" in mig["fix"]
+
+
+def test_ecc_disabled_warns_with_the_command_and_the_reboot():
+    facts = state_facts(per_gpu={4: {"ecc.mode.current": "Disabled", "ecc.mode.pending": "Disabled"}})
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    ecc = by_name(checks)["ecc_mode"]
+    assert (ecc["status"], ecc["measured"]) == ("warn", [4])
+    assert "ECC is off at GPU 4" in ecc["detail"] and "vLLM still runs" in ecc["detail"]
+    assert ecc["fix"].startswith("`sudo nvidia-smi -i 4 -e 1`, then reboot")
+    assert failed(checks) == []  # a warning: the run goes on
+
+
+def test_ecc_already_set_to_come_on_needs_only_the_reboot():
+    ecc = state_checks(state_facts(per_gpu={2: {"ecc.mode.current": "Disabled", "ecc.mode.pending": "Enabled"}}))[
+        "ecc_mode"
+    ]
+    assert ecc["status"] == "warn"
+    assert ecc["fix"].startswith("reboot") and "-e 1" not in ecc["fix"]
+
+
+def test_ecc_turning_off_at_the_next_reboot_warns():
+    ecc = state_checks(state_facts(per_gpu={6: {"ecc.mode.pending": "Disabled"}}))["ecc_mode"]
+    assert (ecc["status"], ecc["measured"]) == ("warn", [6])
+    assert "GPU 6 turns it off at the next reboot (pending Disabled)" in ecc["detail"]
+    assert "`sudo nvidia-smi -i 6 -e 1`" in ecc["fix"]
+
+
+def test_pages_pending_retirement_warn_with_the_reset():
+    # a GPU that retires pages (before Ampere): the flag is Yes on GPU 1
+    check = state_checks(state_facts(per_gpu={1: {"retired_pages.pending": True}}))["retired_pages_pending"]
+    assert (check["status"], check["measured"]) == ("warn", [1])
+    assert "Pending Page Blacklist: Yes" in check["detail"]
+    assert "`sudo nvidia-smi -i 1 -r`" in check["fix"] and "reboot" in check["fix"]
+
+
+def test_pending_row_remap_warns_with_the_reset():
+    checks = preflight_checks(state_facts(per_gpu={4: {"remapped_rows.pending": True}}), HOST, REQUIREMENTS)
+    check = by_name(checks)["row_remap_pending"]
+    assert (check["status"], check["fact"], check["measured"]) == ("warn", "gpu_facts.state.remapped_rows_pending", [4])
+    assert "next GPU reset" in check["detail"]
+    assert "`sudo nvidia-smi -i 4 -r`" in check["fix"] and "reboot" in check["fix"]
+    assert failed(checks) == []
+
+
+def test_row_remap_failure_fails_with_the_rma():
+    checks = preflight_checks(state_facts(per_gpu={5: {"remapped_rows.failure": True}}), HOST, REQUIREMENTS)
+    assert failed(checks) == ["row_remap_failure"]
+    check = by_name(checks)["row_remap_failure"]
+    assert check["measured"] == [5]
+    assert "tensor parallel 8 needs every GPU" in check["detail"]
+    assert "replace the GPU" in check["fix"] and "RMA" in check["fix"] and "field diagnostic" in check["fix"]
+    assert "`nvidia-smi -q -d ROW_REMAPPER -i 5`" in check["fix"]
+
+
+def test_every_fault_at_once_is_reported_together():
+    facts = state_facts("synthetic/a800-x8-query-state-faults.csv")
+    checks = preflight_checks(facts, HOST, REQUIREMENTS)
+    assert failed(checks) == ["mig_mode", "row_remap_failure"]
+    status = {c["name"]: c["status"] for c in checks}
+    assert (status["ecc_mode"], status["row_remap_pending"], status["retired_pages_pending"]) == (
+        "warn",
+        "warn",
+        "pass",
+    )
+    assert by_name(checks)["mig_mode"]["measured"] == [1, 3]
+    assert by_name(checks)["ecc_mode"]["measured"] == [2, 6]
+    assert by_name(checks)["row_remap_pending"]["measured"] == [4, 5]
+    lines = preflight_failures(checks)
+    assert [line.split(":")[0] for line in lines] == ["mig_mode", "row_remap_failure"]
+    assert all("Fix: " in line for line in lines)
+
+
+def test_a_state_word_the_parser_does_not_know_warns_as_printed():
+    check = state_checks(state_facts(per_gpu={0: {"mig.mode.current": "Pending Reset"}}))["mig_mode"]
+    assert check["status"] == "warn"
+    assert "GPU 0 mig.mode.current = 'Pending Reset'" in check["detail"]
+    assert "nvidia-smi --query-gpu=index,mig.mode.current --format=csv" in check["fix"]
+
+
+def test_state_not_reported_or_not_read_passes_and_says_so():
+    na = state_checks(state_facts(**{"remapped_rows.pending": None, "remapped_rows.failure": None}))
+    assert na["row_remap_pending"]["status"] == "pass"
+    assert "not reported by these GPUs" in na["row_remap_pending"]["detail"]
+    # facts read with the identity fields only (a driver without the state fields, or facts of an older release)
+    old = state_checks(a800())
+    for name in STATE_CHECKS:
+        assert old[name]["status"] == "pass", name
+    assert "not read (mig.mode.current is not a field of this driver's --query-gpu)" in old["mig_mode"]["detail"]

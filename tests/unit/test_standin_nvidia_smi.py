@@ -12,8 +12,10 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from ansible_collections.a800.vllm.plugins.module_utils import nvidia_smi
 from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (
     QUERY_FIELDS,
     NvidiaSmiError,
@@ -25,7 +27,7 @@ from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (
     parse_topology,
     summarize,
 )
-from conftest import REAL_H200, STANDIN_NVIDIA_SMI, read_fixture, strip_rc
+from conftest import NVIDIA_SMI_FIXTURES, REAL_H200, STANDIN_NVIDIA_SMI, ansible_adhoc, read_fixture, strip_rc
 
 DRIVER = "580.95.05"  # the stand-in reads its version from a package file absent here: give it in the config
 QUERY = "--query-gpu=" + ",".join(QUERY_FIELDS)
@@ -292,3 +294,133 @@ def test_gpu_list_matches_query(smi):
     lines = ok(smi({"count": 3}, "-L")).splitlines()
     rows = query_rows(smi, {"count": 3}, FORMATS[2])
     assert lines == [f"GPU {r['index']}: {r['name']} (UUID: {r['uuid']})" for r in rows]
+
+
+# --- GPU state: MIG, ECC, page retirement, row remapping (issue 31, item 13) ------------------------------------
+# The new names are read from the parser's module inside each test, so that each test fails on its own without them.
+
+REAL_H200_X1 = NVIDIA_SMI_FIXTURES / "h200-x1"  # recorded on a real H200 with the preflight's whole query
+
+
+def state_query() -> str:
+    return "--query-gpu=" + ",".join(nvidia_smi.PREFLIGHT_FIELDS)
+
+
+def state_of(smi, config: dict | None) -> dict:
+    rows = parse_query_csv(ok(smi(config, state_query(), "--format=csv,noheader,nounits")), nvidia_smi.PREFLIGHT_FIELDS)
+    return summarize(rows, None, [])["state"]
+
+
+def test_state_header_is_the_real_header(smi):
+    real = read_fixture(REAL_H200_X1 / "query-state.csv").splitlines()[0]
+    assert ok(smi(None, state_query(), "--format=csv")).splitlines()[0] == real
+
+
+@pytest.mark.parametrize(
+    ("fmt", "real_file"),
+    [
+        ("--format=csv", "query-state.csv"),
+        ("--format=csv,noheader", "query-state-noheader.csv"),
+        ("--format=csv,noheader,nounits", "query-state-nounits.csv"),
+    ],
+)
+def test_default_state_prints_what_the_real_h200_prints(smi, fmt, real_file):
+    # MIG disabled, ECC enabled, nothing pending: `Disabled, Disabled, Enabled, Enabled, [N/A], No, No`
+    real_row = strip_rc(read_fixture(REAL_H200_X1 / real_file)).splitlines()[-1].split(", ")
+    row = ok(smi(None, state_query(), fmt)).splitlines()[-1].split(", ")
+    n = len(nvidia_smi.STATE_FIELDS)
+    assert row[-n:] == real_row[-n:] == ["Disabled", "Disabled", "Enabled", "Enabled", "[N/A]", "No", "No"]
+    assert len(row) == len(real_row) == len(nvidia_smi.PREFLIGHT_FIELDS)
+
+
+def test_default_state_is_healthy(smi):
+    state = state_of(smi, None)
+    assert state["fields"] == list(nvidia_smi.STATE_FIELDS)
+    assert state["mig_enabled"] == state["ecc_disabled"] == state["remapped_rows_pending"] == []
+    assert state["remapped_rows_failure"] == state["retired_pages_pending"] == []
+    assert state["reported"]["mig.mode.current"] == list(range(8))
+    assert state["reported"]["retired_pages.pending"] == []  # [N/A] on the A800, as on the real H200
+
+
+def test_state_for_every_gpu_from_the_config(smi):
+    state = state_of(smi, {"count": 2, "mig_mode": "Enabled", "ecc_mode": "Disabled", "remapped_rows_pending": "Yes"})
+    assert state["mig_enabled"] == state["ecc_disabled"] == state["remapped_rows_pending"] == [0, 1]
+    assert state["mig_pending_disabled"] == state["ecc_pending_enabled"] == []  # the pending modes follow
+
+
+def test_pending_modes_and_one_gpu_from_the_config(smi):
+    config = {
+        "ecc_mode": "Disabled",
+        "ecc_mode_pending": "Enabled",
+        "per_gpu": {
+            "3": {"mig.mode.current": "Enabled", "mig.mode.pending": "Disabled"},
+            "5": {"remapped_rows.pending": "Yes", "remapped_rows.failure": "Yes"},
+            "6": {"retired_pages.pending": "Yes"},
+            "7": {"remapped_rows.pending": "[Not Supported]"},
+        },
+    }
+    state = state_of(smi, config)
+    assert state["ecc_disabled"] == state["ecc_pending_enabled"] == list(range(8))
+    assert state["mig_enabled"] == state["mig_pending_disabled"] == [3]
+    assert state["remapped_rows_pending"] == state["remapped_rows_failure"] == [5]
+    assert state["retired_pages_pending"] == [6]
+    assert 7 not in state["reported"]["remapped_rows.pending"]
+
+
+def test_driver_without_a_state_field_answers_as_the_real_one(smi):
+    result = smi({"unsupported_fields": ["remapped_rows.failure"]}, state_query(), "--format=csv")
+    assert result.returncode == 2
+    assert invalid_field(result.stdout + result.stderr) == "remapped_rows.failure"
+    real = strip_rc(read_fixture(REAL_H200_X1 / "query-bad-state-field.txt"))
+    assert result.stdout == real.replace("remapped_rows.no_such", "remapped_rows.failure")
+
+
+def test_q_state_sections_follow_the_real_layout(smi):
+    def section(text: str, title: str) -> list[tuple[str, int]]:
+        lines = text.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.strip() == title)
+        out = []
+        for line in lines[start + 1 :]:
+            if len(line) - len(line.lstrip()) <= 4 or ":" not in line:  # the next section, or a sub-heading
+                break
+            out.append((line.split(":")[0].strip(), line.index(":")))
+        return out
+
+    real, mine = read_fixture(REAL_H200 / "q.txt"), ok(smi(None, "-q"))
+    assert section(mine, "MIG Mode") == section(real, "MIG Mode")
+    assert section(mine, "ECC Mode") == section(real, "ECC Mode")
+    assert section(mine, "Retired Pages") == section(real, "Retired Pages")
+    # Remapped Rows: the real one goes on with the bank histogram (a sub-heading), which the stand-in leaves out
+    assert section(mine, "Remapped Rows") == section(real, "Remapped Rows")
+    failing = ok(smi({"per_gpu": {"0": {"remapped_rows.pending": "Yes"}}}, "-q"))
+    assert "        Pending                                        : Yes" in failing
+    assert "        Pending Page Blacklist                         : N/A" in mine  # [N/A] without brackets in -q
+
+
+def test_module_reads_the_state_and_asks_again_without_an_unknown_field(tmp_path, monkeypatch):
+    """nvidia_gpu_facts against the stand-in: the whole query, and a driver that does not know one state field."""
+    ansible = Path(sys.executable).parent / "ansible"
+    if not ansible.exists():
+        pytest.skip(f"ansible not installed beside {sys.executable}")
+    config = tmp_path / "gpus.json"
+    config.write_text(
+        json.dumps(
+            {
+                "driver": DRIVER,
+                "unsupported_fields": ["remapped_rows.failure"],
+                "per_gpu": {"2": {"mig.mode.current": "Enabled", "mig.mode.pending": "Enabled"}},
+            }
+        )
+    )
+    monkeypatch.setenv("NVIDIA_STANDIN_CONFIG", str(config))
+    rc, out, raw = ansible_adhoc(
+        "localhost", "-c", "local", "-i", "localhost,", "-m", "a800.vllm.nvidia_gpu_facts",
+        "-a", f"nvidia_smi={STANDIN_NVIDIA_SMI}",
+    )  # fmt: skip
+    assert rc == 0 and out, raw
+    facts = out["plays"][0]["tasks"][0]["hosts"]["localhost"]["ansible_facts"]["gpu_facts"]
+    assert facts["driver_loaded"] is True and facts["count"] == 8
+    assert facts["unsupported_fields"] == ["remapped_rows.failure"]
+    assert facts["state"]["fields"] == [f for f in nvidia_smi.STATE_FIELDS if f != "remapped_rows.failure"]
+    assert facts["state"]["mig_enabled"] == [2]
+    assert facts["gpus"][0]["ecc.mode.current"] == "Enabled"
