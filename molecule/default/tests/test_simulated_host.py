@@ -155,6 +155,7 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
     prewarm that reads them back reports the change it made), so the test decides it: the weights are evicted first,
     and the one change allowed is the prewarm's reading them back; every other task changes nothing. Last in the
     last file: the tests above read the converged state."""
+    import shlex
     import subprocess
     import sys
 
@@ -171,7 +172,7 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
         "        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
         "        os.close(fd)\n"
     )
-    host.check_output(f"python3 -c {json.dumps(evict)} /data/models/GLM-5.2-NVFP4")
+    host.check_output(f"python3 -c {shlex.quote(evict)} /data/models/GLM-5.2-NVFP4")
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
                ANSIBLE_INVENTORY=str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent))  # fmt: skip
     run = subprocess.run(
