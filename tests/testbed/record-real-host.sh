@@ -12,10 +12,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: $0 OUTDIR [TOOLDIR]}
-tools=${2:-.device}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tools=$(cd "${2:-.device}" 2>/dev/null && pwd) || tools=""
 site=/tmp/a800-record-site
-if [ -d "$tools/whl" ]; then
+if [ -n "$tools" ] && [ -d "$tools/whl" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$tools"/whl/*.whl \
     || exit 1
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} PATH=$site/bin:$PATH
@@ -31,7 +32,7 @@ all:
           ansible_connection: local
           ansible_python_interpreter: $(command -v python3)
 EOF
-export ANSIBLE_HOME=$PWD/.ansible-home ANSIBLE_COLLECTIONS_PATH=$PWD/collections:$PWD/$tools/collections \
+export ANSIBLE_HOME=$PWD/.ansible-home ANSIBLE_COLLECTIONS_PATH=$PWD/collections${tools:+:$tools/collections} \
   ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 ANSIBLE_INVENTORY=$inventory/hosts.yml
 {
   echo "recorded $(date -u +%FT%TZ) on $(hostname)"
