@@ -10,7 +10,7 @@ that failed):
   - pytest's and testinfra's `FAILED`/`ERROR` summary lines and the first `E   ` line of each failure;
   - of each ansible-playbook run (the text up to its PLAY RECAP), the last `fatal:` of each host that the recap
     counts as failed (failed=N > 0) or unreachable: a rescued or ignored failure leaves failed=0 and is left out;
-  - Molecule's CRITICAL lines (a step that failed, e.g. idempotence with the tasks it names).
+  - Molecule's CRITICAL lines (a step that failed) and the tasks its idempotence step names (`*  => role : task`).
 Standard library only: it runs before the toolchain is known to be installed.
 """
 
@@ -28,6 +28,7 @@ RECAP_HOST = re.compile(
 PYTEST = re.compile(r"^(?:FAILED|ERROR) \S+\.py\S*(?: - .*)?$")
 ASSERTION = re.compile(r"^E\s{3}")
 CRITICAL = re.compile(r"^(?:CRITICAL|ERROR)\s+(?!.*\bignoring\b).*")
+IDEMPOTENCE_TASK = re.compile(r"^\*\s+=> \S")  # Molecule's idempotence step names each changed task so
 TASK = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(?P<name>.*)\]")
 WIDTH = 400
 
@@ -76,7 +77,7 @@ def failures(text: str) -> list[str]:
     ]
     found += assertions[:12]
     found += ansible_failures(lines)
-    found += [cut(line) for line in lines if CRITICAL.match(line)]
+    found += [cut(line) for line in lines if CRITICAL.match(line) or IDEMPOTENCE_TASK.match(line)]
     return list(dict.fromkeys(found))
 
 

@@ -323,7 +323,9 @@ def test_the_host_phase_previews_in_check_mode_without_python3_apt(tmp_path):
         s.startswith("check mode without python3-debian: would add /etc/apt/sources.list.d/nvidia-cuda.sources")
         for s in said
     )
-    assert any(s.startswith("check mode: the running driver is not loaded and the driver to run is 580.95.05") for s in said)
+    assert any(
+        s.startswith("check mode: the running driver is not loaded and the driver to run is 580.95.05") for s in said
+    )
     # the apt tasks themselves were skipped, and the holds and units of packages to come were previewed
     ran = results(document)
     apt = [r for name, r in ran if name.startswith(("Install the pinned driver", "Install the four toolkit"))]

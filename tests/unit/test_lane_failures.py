@@ -73,6 +73,14 @@ def test_pytest_failures_and_their_assertion_are_listed():
     assert not any("where (4, 16)" in line for line in listed), listed  # the first line of an E block only
 
 
+def test_the_tasks_molecule_found_changed_are_named():
+    log = "CRITICAL Idempotence test failed because of the following tasks:\n*  => weights : Read the prewarm job\n"
+    assert failures(log) == [
+        "CRITICAL Idempotence test failed because of the following tasks:",
+        "*  => weights : Read the prewarm job",
+    ]
+
+
 def test_the_script_reads_the_logs_it_is_given(tmp_path):
     log = tmp_path / "item-driver-upgrade.log"
     log.write_text(RESCUED_THEN_FAILED)
