@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+GUTTER = re.compile(r"^\s*│ ?")
 FATAL = re.compile(r"^(?:fatal|failed): \[(?P<host>[^\]]+)\](?:: .*)?")
 RECAP_HOST = re.compile(
     r"^(?P<host>\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)"
@@ -69,11 +70,14 @@ def ansible_failures(lines: list[str]) -> list[str]:
 
 
 def failures(text: str) -> list[str]:
-    lines = [ANSI.sub("", line).rstrip() for line in text.splitlines()]
+    # Molecule 26 indents what a step prints behind a "│" gutter
+    lines = [GUTTER.sub("", ANSI.sub("", line)).rstrip() for line in text.splitlines()]
     found = [cut(line) for line in lines if PYTEST.match(line)]
     # the first line of each failure's E block (the assertion; the lines under it are its repr or a log)
     assertions = [
-        cut(line) for i, line in enumerate(lines) if ASSERTION.match(line) and not (i and lines[i - 1].startswith("E "))
+        cut(line)
+        for i, line in enumerate(lines)
+        if ASSERTION.match(line) and not (i and re.match(r"E(\s|$)", lines[i - 1]))
     ]
     found += assertions[:12]
     found += ansible_failures(lines)

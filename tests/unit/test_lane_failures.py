@@ -73,6 +73,17 @@ def test_pytest_failures_and_their_assertion_are_listed():
     assert not any("where (4, 16)" in line for line in listed), listed  # the first line of an E block only
 
 
+def test_what_molecule_prints_behind_its_gutter_is_read():
+    log = (
+        "  \x1b[2m│\x1b[0m E           AssertionError: assert [('A800VllmDo...', 'warning')] ==\n"
+        "  \x1b[2m│\x1b[0m FAILED tests/test_monitoring.py::test_stopping_an_engine[ansible://gw] - Ass\n"
+    )
+    assert failures(log) == [
+        "FAILED tests/test_monitoring.py::test_stopping_an_engine[ansible://gw] - Ass",
+        "E           AssertionError: assert [('A800VllmDo...', 'warning')] ==",
+    ]
+
+
 def test_the_tasks_molecule_found_changed_are_named():
     log = "CRITICAL Idempotence test failed because of the following tasks:\n*  => weights : Read the prewarm job\n"
     assert failures(log) == [

@@ -183,8 +183,12 @@ def test_stopping_an_engine_fires_the_engine_down_alert_after_its_for_window(hos
             cwd=ROOT, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert status.returncode == 1, status.stderr[-2000:]  # H2 does not serve
-        alerts = json.loads(status.stdout)["data"]["alerts"][GW]
-        assert [(a["alert"], a["host"], a["severity"]) for a in alerts] == [("A800VllmDown", H2, "critical")]
+        alerts = [(a["alert"], a["host"], a["severity"]) for a in json.loads(status.stdout)["data"]["alerts"][GW]]
+        # the stopped engine, worst first; besides it only what the machine's memory pressure may cause (the test
+        # weights evicted from the page cache: A800WeightsPageCacheLow, which a pressure run's cache drops fire)
+        assert alerts[0] == ("A800VllmDown", H2, "critical"), alerts
+        assert [a for a in alerts if a[0] == "A800VllmDown"] == [("A800VllmDown", H2, "critical")], alerts
+        assert {a[0] for a in alerts[1:]} <= {"A800WeightsPageCacheLow"}, alerts
     finally:
         subprocess.run(["docker", "exec", H2, "docker", "start", NAME], check=True, capture_output=True, timeout=120)
     assert wait_for("the engine serves again", lambda: http(H2, "/health")[0] == 200, 600)
