@@ -161,18 +161,11 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
 
     root = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
     sys.path.insert(0, str(root / "tests" / "testbed"))
+    from page_cache import EVICT
     from playbook_output import changed_tasks, recap, unchanged_message
 
     name = host.backend.get_hostname()
-    evict = (
-        "import os, sys\n"
-        "for top, _, files in os.walk(sys.argv[1], followlinks=True):\n"
-        "    for f in files:\n"
-        "        fd = os.open(os.path.join(top, f), os.O_RDONLY)\n"
-        "        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
-        "        os.close(fd)\n"
-    )
-    host.check_output(f"python3 -c {shlex.quote(evict)} /data/models/GLM-5.2-NVFP4")
+    host.check_output(f"python3 -c {shlex.quote(EVICT)} /data/models/GLM-5.2-NVFP4")
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1",
                ANSIBLE_INVENTORY=str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent))  # fmt: skip
     run = subprocess.run(

@@ -19,6 +19,7 @@ import pytest
 
 ROOT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 sys.path.insert(0, str(ROOT / "tests" / "testbed"))
+from page_cache import EVICT  # noqa: E402
 from playbook_output import changed_tasks, recap, unchanged_message  # noqa: E402
 
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
@@ -132,15 +133,7 @@ def test_a_launch_the_real_engine_refuses_is_diagnosed_and_rolled_back(launch, s
 
 def evict_the_weights() -> None:
     """Drop the weights' pages from the host's page cache (posix_fadvise DONTNEED, file by file, links followed)."""
-    code = (
-        "import os, sys\n"
-        "for top, _, files in os.walk(sys.argv[1], followlinks=True):\n"
-        "    for name in files:\n"
-        "        fd = os.open(os.path.join(top, name), os.O_RDONLY)\n"
-        "        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
-        "        os.close(fd)\n"
-    )
-    run = inner("python3", "-c", code, WEIGHTS)
+    run = inner("python3", "-c", EVICT, WEIGHTS)
     assert run.returncode == 0, run.stderr
 
 
