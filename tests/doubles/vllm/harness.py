@@ -187,21 +187,27 @@ class Launcher:
             run = Run(proc, port, log_path)
             self.runs.append(run)
             if wait:
-                began = time.monotonic()
-                while "Application startup complete." not in run.log and proc.poll() is None:
-                    if time.monotonic() - began > timeout:
-                        proc.kill()
-                        proc.wait()
-                        raise TimeoutError(
-                            f"the double on port {port} was not ready after {timeout:g} s (no 'Application startup "
-                            f"complete.'); its log ends:\n{run.log[-3000:]}"
-                        )
-                    time.sleep(0.05)
+                self.wait_ready(run, timeout)
             # free_port() gave a port that was free then; another process may have taken it before the double
             # bound it (an outgoing connection's ephemeral port): start again on another one.
             if not (wait and attempt < BIND_ATTEMPTS and "address already in use" in run.log.lower()):
                 break
         return run
+
+    @staticmethod
+    def wait_ready(run: Run, timeout: float) -> None:
+        """Wait until `run` logs that it serves or exits; one still not ready after `timeout` real seconds is
+        stopped, and the TimeoutError carries its log."""
+        began = time.monotonic()
+        while "Application startup complete." not in run.log and run.proc.poll() is None:
+            if time.monotonic() - began > timeout:
+                run.proc.kill()
+                run.proc.wait()
+                raise TimeoutError(
+                    f"the double on port {run.port} was not ready after {timeout:g} s (no 'Application startup "
+                    f"complete.'); its log ends:\n{run.log[-3000:]}"
+                )
+            time.sleep(0.05)
 
     @staticmethod
     def finish(run: Run, timeout: float = 30) -> int:
