@@ -15,8 +15,8 @@ export ANSIBLE_FORCE_COLOR ?= true
 PYTHON ?= python3
 
 .PHONY: bench-smoke
-.PHONY: help deps venv contract-venv lock images setup demo demo-down lint unit contract bench bench-double bench-overhead \
-	bench-agreement bench-prewarm molecule test fresh clean
+.PHONY: help deps venv contract-venv lock images images-demo setup demo demo-down lint unit contract bench bench-double bench-overhead \
+	bench-agreement bench-prewarm bench-loop molecule test fresh clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -50,7 +50,10 @@ deps:  ## apt packages of the test bed (docker.io, debootstrap, ...) and a runni
 images: deps  ## build the test-bed images and the stand-in apt repository (skips what is up to date)
 	tests/testbed/build-images.sh
 
-demo: venv images  ## run site.yml on the local simulated A800 host, ending with the verification report
+images-demo: deps  ## only the images the demo uses (not the gateway stand-in, not the real engine)
+	tests/testbed/build-images.sh demo
+
+demo: venv images-demo  ## run site.yml on the local simulated A800 host, ending with the verification report
 	ansible-playbook tests/testbed/sim-up.yml
 	ansible-playbook site.yml
 	cat reports/a800-sim-1/report.md
@@ -73,6 +76,12 @@ unit: venv contract-venv deps  ## unit tests and the vLLM test double's tests (l
 
 contract: venv contract-venv  ## the same client checks against the vLLM test double and a real vLLM (CPU)
 	pytest -q -m contract tests/contract tests/unit --order $(ORDER)
+
+# The everyday loop (scripts/bench-loop): refusing each kind of bad input, a no-op site.yml on the demo host and on a
+# 4-host simulated fleet, each against a one-task floor of the same run; BENCH_LOOP_ARGS=--demo adds `make demo` from
+# no demo host, --no-fleet skips the fleet. Figures and ratios, never a failure on one.
+bench-loop: venv images-demo  ## the everyday loop's times against a one-task floor (refusals, no-ops, the fleet)
+	python3 scripts/bench-loop $(BENCH_LOOP_ARGS)
 
 bench-prewarm: deps  ## the weights prewarm against vmtouch, fio, cat and O_DIRECT (root; GIB=12 by default)
 	python3 scripts/bench-prewarm --gib $${GIB:-12}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record the option table of `vllm serve` from vLLM's own argument parser, as data for the profile check.
 
-    .venv-vllm/bin/python scripts/record_vllm_serve_flags.py            write roles/a800/vars/main/vllm_serve_flags.yml
+    .venv-vllm/bin/python scripts/record_vllm_serve_flags.py            write roles/a800/files/vllm_serve_flags.yml
     .venv-vllm/bin/python scripts/record_vllm_serve_flags.py --check    exit 1 when that file differs from the parser
 
 It builds the parser the way `vllm serve` does (make_arg_parser over FlexibleArgumentParser, the same import as
@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "roles" / "a800" / "vars" / "main" / "vllm_serve_flags.yml"
+OUT = Path(__file__).resolve().parent.parent / "roles" / "a800" / "files" / "vllm_serve_flags.yml"
 # argparse type functions of vLLM, by name, and the kind of value the profile may give for them.
 KINDS = {
     "int": "int",

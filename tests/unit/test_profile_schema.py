@@ -1,5 +1,5 @@
 """The model profile's schema (roles/a800/meta/argument_specs.yml, entry point `profile`) and the flag table of
-`vllm serve` (roles/a800/vars/main/vllm_serve_flags.yml): what the role a800 checks in every play before anything
+`vllm serve` (roles/a800/files/vllm_serve_flags.yml): what the role a800 checks in every play before anything
 runs (plugins/filter/profile.py), and a typo failing `ansible-playbook site.yml` in its first play."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ansible_collections.a800.vllm.plugins.filter.profile import a800_profile_ch
 from conftest import ROOT
 
 SCHEMA = yaml.safe_load((ROOT / "roles/a800/meta/argument_specs.yml").read_text())["argument_specs"]["profile"]
-FLAGS = yaml.safe_load((ROOT / "roles/a800/vars/main/vllm_serve_flags.yml").read_text())["a800_vllm_serve_flags"]
+FLAGS = yaml.safe_load((ROOT / "roles/a800/files/vllm_serve_flags.yml").read_text())["a800_vllm_serve_flags"]
 PROD = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"]
 SIM = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/simulated_host.yml").read_text())
 
