@@ -8,7 +8,7 @@ records feed the playbook output, set_stats for ansible-runner callers, and the 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check, counts
 from ansible_collections.a800.vllm.plugins.module_utils.debian_version import compare_versions
@@ -328,6 +328,18 @@ def _not_read(gpu: dict, field: str) -> str:
     return f"not reported by these GPUs ({field} is [N/A] or [Not Supported])"
 
 
+def _settled(gpu: dict, name: str, fact: str, fields: tuple, what: str, fine: str, absent: str) -> list[dict]:
+    """How every GPU-state check ends when nothing is wrong: a value of `fields` that the parser does not know warns
+    (shown as printed); else it passes, saying how many GPUs report the first field (`{n}` in `fine`) or why none
+    does (`{not_read}` in `absent`)."""
+    unknown = _state_unknown(gpu, *fields)
+    if unknown:
+        return [_unreadable(name, "gpu_facts.state.unknown", unknown, what)]
+    reported = ((gpu.get("state") or {}).get("reported") or {}).get(fields[0], [])
+    detail = fine.format(n=len(reported)) if reported else absent.format(not_read=_not_read(gpu, fields[0]))
+    return [check(name, PASS, fact, [], [], detail)]
+
+
 def _mig_mode_check(gpu: dict, req: dict) -> list[dict]:
     state = gpu.get("state") or {}
     on, turning_on = state.get("mig_enabled", []), state.get("mig_pending_enabled", [])
@@ -367,16 +379,10 @@ def _mig_mode_check(gpu: dict, req: dict) -> list[dict]:
                 "; ".join(fix),
             )
         ]
-    unknown = _state_unknown(gpu, "mig.mode.current", "mig.mode.pending")
-    if unknown:
-        return [_unreadable("mig_mode", "gpu_facts.state.unknown", unknown, "MIG mode")]
-    reported = (state.get("reported") or {}).get("mig.mode.current", [])
-    detail = (
-        f"MIG mode off on every GPU ({len(reported)} report it)"
-        if reported
-        else f"MIG mode {_not_read(gpu, 'mig.mode.current')}: no MIG"
-    )
-    return [check("mig_mode", PASS, fact, [], [], detail)]
+    return _settled(
+        gpu, "mig_mode", fact, ("mig.mode.current", "mig.mode.pending"), "MIG mode",
+        "MIG mode off on every GPU ({n} report it)", "MIG mode {not_read}: no MIG",
+    )  # fmt: skip
 
 
 def _ecc_mode_check(gpu: dict, req: dict) -> list[dict]:
@@ -409,105 +415,64 @@ def _ecc_mode_check(gpu: dict, req: dict) -> list[dict]:
                 fix + ": an ECC mode change takes effect at the next reboot",
             )
         ]
-    unknown = _state_unknown(gpu, "ecc.mode.current", "ecc.mode.pending")
-    if unknown:
-        return [_unreadable("ecc_mode", "gpu_facts.state.unknown", unknown, "ECC mode")]
-    reported = (state.get("reported") or {}).get("ecc.mode.current", [])
-    detail = (
-        f"ECC on at every GPU ({len(reported)} report it)" if reported else f"ECC {_not_read(gpu, 'ecc.mode.current')}"
-    )
-    return [check("ecc_mode", PASS, fact, [], [], detail)]
+    return _settled(
+        gpu, "ecc_mode", fact, ("ecc.mode.current", "ecc.mode.pending"), "ECC mode",
+        "ECC on at every GPU ({n} report it)", "ECC {not_read}",
+    )  # fmt: skip
 
 
-def _retired_pages_check(gpu: dict, req: dict) -> list[dict]:
-    state = gpu.get("state") or {}
-    pending = state.get("retired_pages_pending", [])
-    fact = "gpu_facts.state.retired_pages_pending"
-    if pending:
-        return [
-            check(
-                "retired_pages_pending",
-                WARN,
-                fact,
-                pending,
-                [],
-                f"memory pages are pending retirement at {_gpus(pending)} (Pending Page Blacklist: Yes): until "
-                "they are retired they can still be allocated and cause more memory errors",
-                f"retire them: with nothing running on the GPU, reset it ({_each(pending, '-r')}), or reboot",
-            )
-        ]
-    unknown = _state_unknown(gpu, "retired_pages.pending")
-    if unknown:
-        return [_unreadable("retired_pages_pending", "gpu_facts.state.unknown", unknown, "pages pending retirement")]
-    reported = (state.get("reported") or {}).get("retired_pages.pending", [])
-    detail = (
-        f"no page pending retirement ({len(reported)} GPUs report it)"
-        if reported
-        else f"page retirement {_not_read(gpu, 'retired_pages.pending')}: Ampere and later GPUs remap rows instead"
-    )
-    return [check("retired_pages_pending", PASS, fact, [], [], detail)]
+class _Flag(NamedTuple):
+    """A GPU-state check that one nvidia-smi field raises per GPU. The GPUs `gpu_facts.state[key]` lists get `status`,
+    with `detail` and `fix` formatted with {gpus} ('GPU 3'), {reset} (the nvidia-smi -r command), {first} (the first
+    of them) and {tp} (the tensor parallel size); none, and it ends as every state check does (_settled)."""
+
+    name: str
+    status: str
+    key: str
+    field: str
+    what: str
+    detail: str
+    fix: str
+    fine: str
+    absent: str
+
+    def __call__(self, gpu: dict, req: dict) -> list[dict]:
+        fact = f"gpu_facts.state.{self.key}"
+        flagged = (gpu.get("state") or {}).get(self.key, [])
+        if not flagged:
+            return _settled(gpu, self.name, fact, (self.field,), self.what, self.fine, self.absent)
+        say = {"gpus": _gpus(flagged), "reset": _each(flagged, "-r"), "first": flagged[0], "tp": req.get("gpu_count")}
+        return [check(self.name, self.status, fact, flagged, [], self.detail.format(**say), self.fix.format(**say))]
 
 
-def _row_remap_pending_check(gpu: dict, req: dict) -> list[dict]:
-    state = gpu.get("state") or {}
-    pending = state.get("remapped_rows_pending", [])
-    fact = "gpu_facts.state.remapped_rows_pending"
-    if pending:
-        return [
-            check(
-                "row_remap_pending",
-                WARN,
-                fact,
-                pending,
-                [],
-                f"a row remapping is pending at {_gpus(pending)} (Remapped Rows / Pending: Yes): a memory row failed "
-                "and its spare row takes over only at the next GPU reset; until then error containment and dynamic "
-                "page offlining keep new work off it",
-                f"apply it: with nothing running on the GPU, reset it ({_each(pending, '-r')}), or reboot; then "
-                "`nvidia-smi -q -d ROW_REMAPPER` shows Pending: No",
-            )
-        ]
-    unknown = _state_unknown(gpu, "remapped_rows.pending")
-    if unknown:
-        return [_unreadable("row_remap_pending", "gpu_facts.state.unknown", unknown, "pending row remapping")]
-    reported = (state.get("reported") or {}).get("remapped_rows.pending", [])
-    detail = (
-        f"no row remapping pending ({len(reported)} GPUs report it)"
-        if reported
-        else f"row remapping {_not_read(gpu, 'remapped_rows.pending')}"
-    )
-    return [check("row_remap_pending", PASS, fact, [], [], detail)]
-
-
-def _row_remap_failure_check(gpu: dict, req: dict) -> list[dict]:
-    state = gpu.get("state") or {}
-    failed_gpus = state.get("remapped_rows_failure", [])
-    fact = "gpu_facts.state.remapped_rows_failure"
-    if failed_gpus:
-        return [
-            check(
-                "row_remap_failure",
-                FAIL,
-                fact,
-                failed_gpus,
-                [],
-                f"row remapping has failed at {_gpus(failed_gpus)} (Remapping Failure Occurred: Yes): a memory bank "
-                "has no spare row left for a failing one, and its errors keep coming back; tensor parallel "
-                f"{req['gpu_count']} needs every GPU",
-                f"replace the GPU: the row remapping failure flag is NVIDIA's RMA criterion once NVIDIA's field "
-                f"diagnostic confirms it; `nvidia-smi -q -d ROW_REMAPPER -i {failed_gpus[0]}` shows the counts",
-            )
-        ]
-    unknown = _state_unknown(gpu, "remapped_rows.failure")
-    if unknown:
-        return [_unreadable("row_remap_failure", "gpu_facts.state.unknown", unknown, "row remapping failure")]
-    reported = (state.get("reported") or {}).get("remapped_rows.failure", [])
-    detail = (
-        f"no row remapping failure ({len(reported)} GPUs report it)"
-        if reported
-        else f"row remapping failures {_not_read(gpu, 'remapped_rows.failure')}"
-    )
-    return [check("row_remap_failure", PASS, fact, [], [], detail)]
+# Pages pending retirement, a pending row remap, a failed row remap (docs/field.md#gpu-state-...).
+_retired_pages_check, _row_remap_pending_check, _row_remap_failure_check = (
+    _Flag(
+        "retired_pages_pending", WARN, "retired_pages_pending", "retired_pages.pending", "pages pending retirement",
+        "memory pages are pending retirement at {gpus} (Pending Page Blacklist: Yes): until they are retired they "
+        "can still be allocated and cause more memory errors",
+        "retire them: with nothing running on the GPU, reset it ({reset}), or reboot",
+        "no page pending retirement ({n} GPUs report it)",
+        "page retirement {not_read}: Ampere and later GPUs remap rows instead",
+    ),
+    _Flag(
+        "row_remap_pending", WARN, "remapped_rows_pending", "remapped_rows.pending", "pending row remapping",
+        "a row remapping is pending at {gpus} (Remapped Rows / Pending: Yes): a memory row failed and its spare row "
+        "takes over only at the next GPU reset; until then error containment and dynamic page offlining keep new "
+        "work off it",
+        "apply it: with nothing running on the GPU, reset it ({reset}), or reboot; then "
+        "`nvidia-smi -q -d ROW_REMAPPER` shows Pending: No",
+        "no row remapping pending ({n} GPUs report it)", "row remapping {not_read}",
+    ),
+    _Flag(
+        "row_remap_failure", FAIL, "remapped_rows_failure", "remapped_rows.failure", "row remapping failure",
+        "row remapping has failed at {gpus} (Remapping Failure Occurred: Yes): a memory bank has no spare row left "
+        "for a failing one, and its errors keep coming back; tensor parallel {tp} needs every GPU",
+        "replace the GPU: the row remapping failure flag is NVIDIA's RMA criterion once NVIDIA's field diagnostic "
+        "confirms it; `nvidia-smi -q -d ROW_REMAPPER -i {first}` shows the counts",
+        "no row remapping failure ({n} GPUs report it)", "row remapping failures {not_read}",
+    ),
+)  # fmt: skip
 
 
 # The checks of a host whose driver answers, in the order the preflight table shows them.
