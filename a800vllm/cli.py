@@ -2,11 +2,18 @@
 stderr and a summary (or --json, the Result) on stdout.
 
 Exit codes: 0 ok; 1 a check or host failed; 2 usage, inventory or playbook error, or no host matched;
-3 a host was unreachable (and none failed); 130 interrupted."""
+3 a host was unreachable (and none failed); 130 interrupted.
+
+Vault and become passwords: ansible-playbook's options (--ask-vault-pass, --vault-password-file, --vault-id,
+--ask-become-pass, --become-password-file), or for tooling the environment variables A800VLLM_VAULT_PASSWORD and
+A800VLLM_BECOME_PASSWORD, which are taken out of the environment before Ansible starts (ansible-runner records its
+environment in the artifacts)."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +28,8 @@ from .runner import ConfigurationError, run
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+VAULT_PASSWORD_ENV = "A800VLLM_VAULT_PASSWORD"
+BECOME_PASSWORD_ENV = "A800VLLM_BECOME_PASSWORD"
 
 
 def parse_extravars(items: Sequence[str]) -> dict[str, Any]:
@@ -51,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "command",
-        choices=list(PHASES),
-        help="; ".join(f"{p.name}: {p.description}" for p in PHASES.values()),
+        type=phase_or_playbook,
+        metavar="{" + ",".join(PHASES) + "} | PLAYBOOK.yml",
+        help="; ".join(f"{p.name}: {p.description}" for p in PHASES.values())
+        + "; or a playbook file (relative paths also under the project)",
     )
     parser.add_argument("-i", "--inventory", action="append", help="inventory path (default: ansible.cfg's)")
     parser.add_argument("-l", "--limit", help="limit to these hosts (Ansible pattern)")
@@ -66,7 +77,45 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--project-dir", help="the repository (default: the one holding this package)")
     parser.add_argument("--artifacts-dir", help="keep ansible-runner's private data directory under this folder")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="ansible-playbook verbosity")
+    secrets = parser.add_argument_group(
+        "vault and become passwords (never written to the artifacts)",
+        f"For tooling: ${VAULT_PASSWORD_ENV} and ${BECOME_PASSWORD_ENV}, removed from the environment before Ansible "
+        "starts; Ansible's own $ANSIBLE_VAULT_PASSWORD_FILE and $ANSIBLE_BECOME_PASSWORD_FILE work too.",
+    )
+    vault = secrets.add_mutually_exclusive_group()
+    vault.add_argument(
+        "-J", "--ask-vault-pass", "--ask-vault-password", action="store_true", help="ask for the vault password"
+    )
+    vault.add_argument(
+        "--vault-password-file", "--vault-pass-file", action="append", metavar="PATH", help="a file or a script"
+    )
+    secrets.add_argument("--vault-id", action="append", metavar="LABEL@PATH", help="a vault identity")
+    become = secrets.add_mutually_exclusive_group()
+    become.add_argument("-K", "--ask-become-pass", action="store_true", help="ask for the become (sudo) password")
+    become.add_argument("--become-password-file", "--become-pass-file", metavar="PATH", help="a file or a script")
     return parser
+
+
+def phase_or_playbook(value: str) -> str:
+    if value in PHASES or value.endswith((".yml", ".yaml")):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: neither a phase ({', '.join(PHASES)}) nor a playbook (.yml)")
+
+
+def passwords(args: argparse.Namespace) -> dict[str, str | None]:
+    """The vault and become passwords: asked for (-J, -K), else from the environment variables, which leave the
+    environment either way (ansible-runner copies it into its artifacts). Raises ValueError on a conflict."""
+    from_env = {name: os.environ.pop(name, None) or None for name in (VAULT_PASSWORD_ENV, BECOME_PASSWORD_ENV)}
+    vault, become = from_env[VAULT_PASSWORD_ENV], from_env[BECOME_PASSWORD_ENV]
+    if args.ask_vault_pass:
+        vault = getpass.getpass("Vault password: ")
+    elif vault is not None and args.vault_password_file:
+        raise ValueError(f"--vault-password-file and ${VAULT_PASSWORD_ENV} both give the vault password: keep one")
+    if args.ask_become_pass:
+        become = getpass.getpass("BECOME password: ")
+    elif become is not None and args.become_password_file:
+        raise ValueError(f"--become-password-file and ${BECOME_PASSWORD_ENV} both give the become password: keep one")
+    return {"vault_password": vault, "become_password": become}
 
 
 def check_summary(checks: Any) -> str:
@@ -114,14 +163,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         extravars = parse_extravars(args.extra_vars)
+        secrets = passwords(args)
     except (ValueError, OSError, yaml.YAMLError) as error:
         print(f"a800vllm: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except EOFError:
+        print("a800vllm: no password read (end of input at the prompt)", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    command = args.command
+    if command not in PHASES and Path(command).is_file():
+        command = str(Path(command).absolute())  # a playbook from here, not from the project directory
     display = None if args.quiet else ProgressDisplay(sys.stderr)
     inventory = args.inventory[0] if args.inventory and len(args.inventory) == 1 else args.inventory
     try:
         result = run(
-            args.command,
+            command,
             inventory=inventory,
             extravars=extravars,
             limit=args.limit,
@@ -134,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             project_dir=args.project_dir,
             artifacts_dir=args.artifacts_dir,
             verbosity=args.verbose,
+            vault_password_file=args.vault_password_file,
+            vault_id=args.vault_id,
+            become_password_file=args.become_password_file,
+            **secrets,
         )
     except ConfigurationError as error:
         print(f"a800vllm: {error}", file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -28,6 +29,11 @@ log = logging.getLogger(__name__)
 
 Inventory = str | Path | Mapping[str, Any] | Sequence[str | Path]
 PROJECT_ENV = "A800VLLM_PROJECT_DIR"
+# ansible-playbook's prompts for --ask-vault-pass and --ask-become-pass (with its agnostic become prompt, forced on
+# below), which ansible-runner answers from its `passwords` mapping (docs/api.md#passwords-through-ansible-runner)
+VAULT_PROMPT = r"^Vault password:\s*$"
+BECOME_PROMPT = r"^BECOME password:\s*$"
+PathArg = str | Path
 
 
 class ConfigurationError(ValueError):
@@ -84,6 +90,95 @@ def prepare_inventory(inventory: Inventory | None, group_vars: str | Path | None
     if isinstance(inventory, str | Path):
         return _inventory_path(inventory, project)
     return [_inventory_path(item, project) for item in inventory]
+
+
+def _password(name: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{name}: empty or not a string; give the password, or None to be asked for none")
+    if "\n" in value or "\r" in value:
+        raise ConfigurationError(f"{name}: holds a line break, which would end the answer to Ansible's prompt early")
+    return value
+
+
+def _files(name: str, value: PathArg | Sequence[PathArg] | None) -> list[str]:
+    items = [] if value is None else [value] if isinstance(value, str | Path) else list(value)
+    paths = []
+    for item in items:
+        path = Path(item).expanduser()
+        if not path.is_file():
+            raise ConfigurationError(f"{name} {item}: no such file; give the path of the password file (or script)")
+        paths.append(str(path.absolute()))
+    return paths
+
+
+def _vault_ids(value: str | Sequence[str] | None) -> list[str]:
+    """`label@FILE` (or FILE), as ansible-playbook's --vault-id, with FILE made absolute (the run's directory is
+    the project's)."""
+    ids = [] if value is None else [value] if isinstance(value, str) else list(value)
+    absolute = []
+    for vault_id in ids:
+        label, at, source = vault_id.partition("@")
+        if not at:
+            label, source = "", vault_id
+        if source in ("prompt", "prompt_ask_vault_pass"):
+            raise ConfigurationError(
+                f"vault_id {vault_id}: its prompt would wait for an answer nobody gives; pass vault_password "
+                "(CLI: --ask-vault-pass) or a password file (label@FILE)"
+            )
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise ConfigurationError(f"vault_id {vault_id}: no such file {source}; give label@FILE")
+        absolute.append(f"{label}@{path.absolute()}" if at else str(path.absolute()))
+    return absolute
+
+
+def secret_options(
+    *,
+    vault_password: str | None = None,
+    vault_password_file: PathArg | Sequence[PathArg] | None = None,
+    vault_id: str | Sequence[str] | None = None,
+    become_password: str | None = None,
+    become_password_file: PathArg | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """ansible-playbook's options for the vault and become passwords, and ansible-runner's `passwords` (prompt
+    regex -> answer) for those given as strings: ansible-playbook asks (--ask-vault-pass, --ask-become-pass) and
+    ansible-runner answers on its terminal, so that the password is in no argument, environment or file. Files
+    and vault ids go to ansible-playbook as paths. Raises ConfigurationError on what ansible-playbook refuses."""
+    vault = _password("vault_password", vault_password)
+    become = _password("become_password", become_password)
+    vault_files = _files("vault_password_file", vault_password_file)
+    become_files = _files("become_password_file", become_password_file)
+    if vault is not None and vault_files:
+        raise ConfigurationError("vault_password and vault_password_file: give one (ansible-playbook takes one)")
+    if become is not None and become_files:
+        raise ConfigurationError("become_password and become_password_file: give one (ansible-playbook takes one)")
+    args: list[str] = []
+    passwords: dict[str, str] = {}
+    if vault is not None:
+        args.append("--ask-vault-pass")
+        passwords[VAULT_PROMPT] = vault
+    for path in vault_files:
+        args += ["--vault-password-file", path]
+    for identity in _vault_ids(vault_id):
+        args += ["--vault-id", identity]
+    if become is not None:
+        args.append("--ask-become-pass")
+        passwords[BECOME_PROMPT] = become
+    for path in become_files:
+        args += ["--become-password-file", path]
+    return args, passwords
+
+
+def write_extravars(extravars: Mapping[str, Any], private_dir: Path) -> None:
+    """env/extravars of the private directory, 0600, as ansible-runner writes it (it is told to write no env files,
+    so that the passwords stay in memory), read by ansible-playbook as -e @env/extravars."""
+    directory = private_dir / "env"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    descriptor = os.open(directory / "extravars", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        json.dump(dict(extravars), handle)
 
 
 def runner_env(project: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -143,6 +238,11 @@ def run(
     artifacts_dir: str | Path | None = None,
     envvars: Mapping[str, str] | None = None,
     verbosity: int = 0,
+    vault_password: str | None = None,
+    vault_password_file: PathArg | Sequence[PathArg] | None = None,
+    vault_id: str | Sequence[str] | None = None,
+    become_password: str | None = None,
+    become_password_file: PathArg | None = None,
 ) -> Result:
     """Run a phase (`deploy`, `preflight`, `host`, `weights`, `image`, `serve`, `verify`, `bench`, `gateway`,
     `status`) or a playbook path of the project, and return its Result.
@@ -152,13 +252,27 @@ def run(
     tags / extravars: the phase's own, unless given (extravars are merged over the phase's).
     on_event: called with each typed event as it happens (a callback that raises is logged and ignored).
     Raises DeployError (with .result) for a failed or unreachable host, an inventory error, or no host at all,
-    unless raise_on_failure is False. artifacts_dir keeps ansible-runner's private data directory there."""
+    unless raise_on_failure is False. artifacts_dir keeps ansible-runner's private data directory there.
+    vault_password / become_password: answered to ansible-playbook's prompts, never written to a file, an argument
+    or the environment (the artifacts hold none of them); vault_password_file (one or a list), vault_id
+    (`label@FILE`, one or a list) and become_password_file: ansible-playbook's options of those names. Bad ones raise
+    ConfigurationError before anything runs."""
     phase = resolve(playbook)
     project = find_project_dir(project_dir)
+    secret_args, passwords = secret_options(
+        vault_password=vault_password,
+        vault_password_file=vault_password_file,
+        vault_id=vault_id,
+        become_password=become_password,
+        become_password_file=become_password_file,
+    )
     merged_vars = {**phase.extravars, **(extravars or {})}
     tag_arg = _joined(tags) if tags is not None else phase.tags
     limit_arg = _joined(limit)
-    cmdline = " ".join(flag for flag, on in (("--check", check), ("--diff", diff)) if on)
+    cmdline = shlex.join([flag for flag, on in (("--check", check), ("--diff", diff)) if on] + secret_args)
+    env = runner_env(project, envvars)
+    if become_password is not None:
+        env["ANSIBLE_AGNOSTIC_BECOME_PROMPT"] = "true"  # the prompt BECOME_PROMPT answers, whatever the method
     keep = artifacts_dir is not None
     if artifacts_dir is not None:
         Path(artifacts_dir).mkdir(parents=True, exist_ok=True)
@@ -178,18 +292,23 @@ def run(
     started = time.monotonic()
     try:
         inventory_arg = prepare_inventory(inventory, group_vars, private_dir, project)
+        if merged_vars:
+            write_extravars(merged_vars, private_dir)
         with _signal_handlers_kept():
             runner = ansible_runner.run(
                 private_data_dir=str(private_dir),
                 project_dir=str(project),
                 playbook=phase.playbook,
                 inventory=inventory_arg,
-                extravars=merged_vars or None,
                 limit=limit_arg,
                 tags=tag_arg,
                 skip_tags=_joined(skip_tags),
                 cmdline=cmdline or None,
-                envvars=runner_env(project, envvars),
+                envvars=env,
+                # the passwords stay in memory, answered to ansible-playbook's prompts: ansible-runner would write
+                # them, the cmdline, envvars and extravars to env/ (docs/api.md#passwords-through-ansible-runner)
+                passwords=passwords or None,
+                suppress_env_files=True,
                 event_handler=handle,
                 ident=uuid.uuid4().hex,
                 quiet=True,
