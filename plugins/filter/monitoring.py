@@ -148,25 +148,24 @@ def monitoring_dcgm_image_check(image: str, manifest: dict | None, bundle: str, 
     """The preflight's check of an air-gapped serving host that runs dcgm-exporter (roles/monitoring/tasks/
     preflight.yml): the host never pulls the image (monitoring_dcgm_pull: never), so it must be one of the offline
     bundle's images (its manifest.json, None when unreadable), which the host phase loads, or on the host already."""
-    expected = "in the offline bundle or on the host"
     images = [i for i in (manifest or {}).get("items", []) if i.get("kind") == "image"]
     item = next((i for i in images if i.get("name") == image), None)
-    if item is not None:
-        return check(
-            "dcgm_exporter_image", PASS, "monitoring_dcgm_image", image, expected,
-            f"dcgm-exporter's image {image} is in the offline bundle ({item.get('path', '')}): loaded, never pulled",
-        )
-    if on_host:
-        return check(
-            "dcgm_exporter_image", PASS, "monitoring_dcgm_image", image, expected,
-            f"dcgm-exporter's image {image} is on the host already (an air-gapped host never pulls it)",
-        )
+    found = (
+        f"is in the offline bundle ({item.get('path', '')}): loaded, never pulled" if item is not None
+        else "is on the host already (an air-gapped host never pulls it)" if on_host
+        else ""
+    )  # fmt: skip
+    checked = ("dcgm_exporter_image", PASS if found else FAIL, "monitoring_dcgm_image", image,
+               "in the offline bundle or on the host")  # fmt: skip
+    if found:
+        return check(*checked, f"dcgm-exporter's image {image} {found}")
     held = (
-        f"{bundle}/manifest.json cannot be read" if manifest is None
+        f"{bundle}/manifest.json cannot be read"
+        if manifest is None
         else f"the bundle at {bundle} holds {', '.join(i.get('name', '') for i in images) or 'no image'}"
     )
     return check(
-        "dcgm_exporter_image", FAIL, "monitoring_dcgm_image", image, expected,
+        *checked,
         f"dcgm-exporter's image {image} is neither in the offline bundle nor on this air-gapped host, which cannot "
         f"pull it ({held})",
         "collect the bundle again with its images item from an inventory that has the monitoring group (make bundle "

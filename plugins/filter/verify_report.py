@@ -182,7 +182,8 @@ def verify_monitoring_checks(monitoring: dict, host: str) -> list[dict]:
             "; ".join(f"{a['alert']}: {a['summary']}" for a in firing) or "no alert fires for this host",
             "see the alert's summary; python -m a800vllm status lists every firing alert",
         ),
-    ] + _dcgm_check(monitoring, host, where)  # fmt: skip
+        *_dcgm_check(monitoring, host, where),
+    ]  # fmt: skip
 
 
 class FilterModule:

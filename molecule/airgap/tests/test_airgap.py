@@ -28,6 +28,20 @@ def egress_packets(host) -> int:
     return sum(int(line.split()[0]) for line in out.splitlines() if "REJECT" in line)
 
 
+def run_playbook(playbook: str, extra_vars: str) -> tuple[subprocess.CompletedProcess, str]:
+    """A phase of the project on the scenario's host, with extra variables: the run and its output on one line."""
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_INVENTORY=str(INVENTORY))
+    run = subprocess.run(
+        ["ansible-playbook", playbook, "-e", extra_vars],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return run, " ".join((run.stdout + run.stderr).split())
+
+
 def test_the_host_has_no_network_but_loopback(host):
     links = host.check_output("ip -o link show | awk -F': ' '{print $2}'").split()
     assert [name for name in links if not name.startswith(("lo", "docker", "veth", "a800-egress"))] == []
@@ -94,16 +108,7 @@ def test_the_preflight_refuses_an_exporter_image_that_neither_the_bundle_nor_the
     """An image the bundle does not carry: the preflight stops, naming the check, the image and the fixes, before
     anything changes; nothing tries to pull it."""
     absent = "nvcr.io/nvidia/k8s/dcgm-exporter:0.0.0-not-in-the-bundle"
-    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_INVENTORY=str(INVENTORY))
-    run = subprocess.run(
-        ["ansible-playbook", "playbooks/preflight.yml", "-e", f"monitoring_dcgm_image={absent}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    said = " ".join((run.stdout + run.stderr).split())
+    run, said = run_playbook("playbooks/preflight.yml", f"monitoring_dcgm_image={absent}")
     assert run.returncode != 0
     assert "dcgm_exporter_image:" in said and absent in said
     assert "is neither in the offline bundle nor on this air-gapped host, which cannot pull it" in said
@@ -118,16 +123,7 @@ def test_a_damaged_bundle_is_refused_before_anything_is_installed(host):
     the file, and the host still uses the good bundle."""
     damaged = "/var/tmp/a800-bundle-damaged"
     host.run_test(f"rm -rf {damaged} && cp -a {BUNDLE} {damaged} && echo >> {damaged}/apt/Ubuntu_24.04/Packages")
-    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", ANSIBLE_INVENTORY=str(INVENTORY))
-    run = subprocess.run(
-        ["ansible-playbook", "playbooks/host.yml", "-e", f"offline_bundle={damaged}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    said = " ".join((run.stdout + run.stderr).split())
+    run, said = run_playbook("playbooks/host.yml", f"offline_bundle={damaged}")
     host.run_test(f"rm -rf {damaged}")
     assert run.returncode != 0
     assert f"The offline bundle at {damaged} is damaged or incomplete" in said
