@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, check
 
 
 def _address(host: str, hostvars: dict, self_host: str) -> str:
@@ -143,6 +144,36 @@ def monitoring_firing(alerts_response: dict) -> list[dict]:
     return sorted(firing, key=lambda a: (order.get(a["severity"], 2), a["alert"], a["host"]))
 
 
+def monitoring_dcgm_image_check(image: str, manifest: dict | None, bundle: str, on_host: bool) -> dict:
+    """The preflight's check of an air-gapped serving host that runs dcgm-exporter (roles/monitoring/tasks/
+    preflight.yml): the host never pulls the image (monitoring_dcgm_pull: never), so it must be one of the offline
+    bundle's images (its manifest.json, None when unreadable), which the host phase loads, or on the host already."""
+    images = [i for i in (manifest or {}).get("items", []) if i.get("kind") == "image"]
+    item = next((i for i in images if i.get("name") == image), None)
+    found = (
+        f"is in the offline bundle ({item.get('path', '')}): loaded, never pulled" if item is not None
+        else "is on the host already (an air-gapped host never pulls it)" if on_host
+        else ""
+    )  # fmt: skip
+    checked = ("dcgm_exporter_image", PASS if found else FAIL, "monitoring_dcgm_image", image,
+               "in the offline bundle or on the host")  # fmt: skip
+    if found:
+        return check(*checked, f"dcgm-exporter's image {image} {found}")
+    held = (
+        f"{bundle}/manifest.json cannot be read"
+        if manifest is None
+        else f"the bundle at {bundle} holds {', '.join(i.get('name', '') for i in images) or 'no image'}"
+    )
+    return check(
+        *checked,
+        f"dcgm-exporter's image {image} is neither in the offline bundle nor on this air-gapped host, which cannot "
+        f"pull it ({held})",
+        "collect the bundle again with its images item from an inventory that has the monitoring group (make bundle "
+        "BUNDLE_DIR=...; bundle_dcgm_exporter_image), or docker load the image onto the host, or set "
+        "monitoring_dcgm_enabled: false for this host",
+    )  # fmt: skip
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -151,4 +182,5 @@ class FilterModule:
             "monitoring_dashboard_queries": monitoring_dashboard_queries,
             "monitoring_firing": monitoring_firing,
             "monitoring_prometheus_url": monitoring_prometheus_url,
+            "monitoring_dcgm_image_check": monitoring_dcgm_image_check,
         }

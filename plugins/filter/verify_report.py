@@ -132,9 +132,33 @@ def nvidia_smi_rows(stdout: str) -> list[dict]:
     ]
 
 
+def _dcgm_check(monitoring: dict, host: str, where: str) -> list[dict]:
+    """dcgm-exporter on this host, when it runs one (monitoring_dcgm_enabled): scraped and up, else a warning naming
+    the exporter. Never a failure: the GPU metrics and their alerts are blind without it, but the server serves, so the
+    host stays green in its report and in the fleet (docs/monitoring.md#a-missing-exporter)."""
+    if str(monitoring.get("dcgm_expected", False)).strip().lower() not in ("true", "1", "yes"):
+        return []
+    up = monitoring.get("dcgm_up")
+    up = None if up in (None, "", "None") else str(up)
+    container = monitoring.get("dcgm_container") or "a800-dcgm-exporter"
+    query = f'up{{job="dcgm",host="{host}"}}'
+    if up == "1":
+        return [check("monitoring:dcgm", PASS, where, up, "1", f"dcgm-exporter ({container}) is scraped: {query} is 1")]
+    return [
+        check(
+            "monitoring:dcgm", WARN, where, up, "1",
+            f"dcgm-exporter ({container}) is not scraped: {query} is {up if up is not None else 'absent'}; the GPU "
+            "panels and the XID, temperature and row-remap alerts see nothing from this host (it still serves)",
+            f"on {host}: docker ps -a --filter name={container} and docker logs {container}, then run the monitoring "
+            "phase again (playbooks/monitoring.yml); a host without dcgm-exporter sets monitoring_dcgm_enabled: false",
+        )
+    ]  # fmt: skip
+
+
 def verify_monitoring_checks(monitoring: dict, host: str) -> list[dict]:
     """What the monitoring host's Prometheus says of this host (roles/verify/tasks/monitoring.yml): its /metrics is
-    scraped (up == 1), every alert rule is loaded, and none of them fires for it."""
+    scraped (up == 1), every alert rule is loaded, none of them fires for it, and its dcgm-exporter (when it runs one)
+    is scraped, a warning otherwise."""
     if not monitoring:
         return []
     where = f"Prometheus {monitoring.get('prometheus_url', '')}"
@@ -158,6 +182,7 @@ def verify_monitoring_checks(monitoring: dict, host: str) -> list[dict]:
             "; ".join(f"{a['alert']}: {a['summary']}" for a in firing) or "no alert fires for this host",
             "see the alert's summary; python -m a800vllm status lists every firing alert",
         ),
+        *_dcgm_check(monitoring, host, where),
     ]  # fmt: skip
 
 

@@ -305,12 +305,13 @@ def _parser_checks(launch: dict, known: dict) -> list[dict]:
     return checks
 
 
-def _gpu_holder_checks(others: list | None, own: str | None) -> list[dict]:
+def _gpu_holder_checks(others: list | None, own: str | None, readers: list | None = None) -> list[dict]:
     """Other running containers with GPUs (docker inspect, serve_inspect.serve_other_containers): a second server on
-    the same GPUs runs both out of memory; pending when the containers were not read."""
+    the same GPUs runs both out of memory; pending when the containers were not read. Containers that only read the
+    GPUs (`readers`, serve_gpu_readers: the monitoring role's dcgm-exporter) are left out."""
     if others is None:
         return [check("gpus_free", PENDING, "docker ps", None, "read", "the running containers were not read")]
-    holders = [c for c in others if c.get("gpus")]
+    holders = [c for c in others if c.get("gpus") and c.get("name") not in (readers or [])]
     names = " ".join(c["name"] for c in holders)
     return [
         check(
@@ -373,7 +374,7 @@ def _host_checks(ctx: dict) -> list[dict]:
                 else "stop what listens there or set serve_port to a free port",
             )
         )
-    checks += _gpu_holder_checks(others, own)
+    checks += _gpu_holder_checks(others, own, ctx.get("gpu_readers"))
     image = ctx.get("image")
     if image is None:
         checks.append(check("image_self_check", PENDING, "image_ref", None, "checked", "the image phase has not run"))

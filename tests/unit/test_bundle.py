@@ -354,3 +354,50 @@ def test_no_registry_image_in_the_role_defaults_and_every_platform_has_a_base_im
     sim = yaml.safe_load((SIM / "bundle.yml").read_text())
     assert set(sim["bundle_base_images"].values()) == {"a800-testbed/debian12:base"}
     assert sim["bundle_container_prefix"] == "bundle-test-"
+
+
+# --- the dcgm-exporter image -------------------------------------------------------------------------------------
+
+
+def bundle_dcgm_image(tmp_path: Path, name: str, inventory: dict, *extra: str) -> str:
+    """bundle_dcgm_exporter_image as the role's defaults give it for an inventory (ansible-playbook on localhost)."""
+    import os
+    import sys
+
+    (tmp_path / f"{name}.yml").write_text(yaml.safe_dump(inventory))
+    out = tmp_path / f"{name}.out"
+    play = {"hosts": "localhost", "connection": "local", "gather_facts": False,
+            "vars_files": [str(ROOT / "roles" / "bundle" / "defaults" / "main.yml")],
+            "vars": {"a800_bom": {"dcgm_exporter": {"image": BOM["dcgm_exporter"]["image"]}}},
+            "tasks": [{"ansible.builtin.copy": {"content": "{{ bundle_dcgm_exporter_image }}", "dest": str(out),
+                                                "mode": "0644"}}]}  # fmt: skip
+    (tmp_path / f"{name}-play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_HOME=str(ROOT / ".ansible-home"))
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / f"{name}.yml"),
+         "-e", f"ansible_python_interpreter={sys.executable}", *extra, str(tmp_path / f"{name}-play.yml")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return out.read_text()
+
+
+def test_the_bundle_carries_the_dcgm_exporter_image_when_the_site_runs_monitoring(tmp_path):
+    """With a monitoring group the BOM's dcgm-exporter image is one of the images saved (images.yml); without one, or
+    with dcgm-exporter turned off, it is not."""
+    image = BOM["dcgm_exporter"]["image"]
+    servers = {"a800_servers": {"hosts": {"gpu-1": {}}}}
+    monitored = {"all": {"children": {**servers, "a800_monitoring": {"hosts": {"mon-1": {}}}}}}
+    assert bundle_dcgm_image(tmp_path, "monitored", monitored) == image
+    assert bundle_dcgm_image(tmp_path, "unmonitored", {"all": {"children": servers}}) == ""
+    assert bundle_dcgm_image(tmp_path, "off", monitored, "-e", "monitoring_dcgm_enabled=false") == ""
+    tasks = yaml.safe_load((ROOT / "roles" / "bundle" / "tasks" / "images.yml").read_text())
+    choose = next(t for t in tasks if t["name"] == "Choose the images")["ansible.builtin.set_fact"]["__bundle_images"]
+    assert "[bundle_dcgm_exporter_image]" in choose
+
+
+def test_the_test_beds_dcgm_exporter_stand_in_carries_the_boms_tag():
+    """tests/testbed/build-images.sh tags its dcgm-exporter stand-in like the BOM's image, so that the airgap
+    scenario's bundle carries it under the name the monitoring role starts."""
+    script = (ROOT / "tests" / "testbed" / "build-images.sh").read_text()
+    assert f"dcgm=${{DCGM_STANDIN_IMAGE:-{BOM['dcgm_exporter']['image']}}}" in script

@@ -507,3 +507,140 @@ def test_the_verify_checks_say_whether_this_host_is_watched():
         and "A800VllmKvCacheHigh: KV" in checks["monitoring:alerts"]["detail"]
     )
     assert verify_monitoring_checks({}, "h1") == []
+
+
+# --- air-gapped monitoring: dcgm-exporter from the offline bundle, a missing exporter a warning --------------------
+
+DCGM_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"
+
+
+def bundle_manifest(*images: str) -> dict:
+    return {"items": [{"kind": "apt", "name": "Ubuntu_24.04", "path": "apt/Ubuntu_24.04"}]
+            + [{"kind": "image", "name": i, "path": f"images/{i.replace('/', '_')}.tar"} for i in images]}  # fmt: skip
+
+
+def test_the_preflight_passes_an_exporter_image_in_the_bundle_or_on_the_host():
+    from plugins.filter.monitoring import monitoring_dcgm_image_check
+
+    in_bundle = monitoring_dcgm_image_check(DCGM_IMAGE, bundle_manifest("vllm/vllm-openai:v0.26.0", DCGM_IMAGE),
+                                            "/srv/a800-bundle", False)  # fmt: skip
+    assert in_bundle["status"] == "pass" and "in the offline bundle (images/nvcr.io_nvidia" in in_bundle["detail"]
+    on_host = monitoring_dcgm_image_check(DCGM_IMAGE, bundle_manifest(), "/srv/a800-bundle", True)
+    assert on_host["status"] == "pass" and "on the host already" in on_host["detail"]
+
+
+@pytest.mark.parametrize("manifest", [bundle_manifest("vllm/vllm-openai:v0.26.0"), None], ids=["other-images", "none"])
+def test_the_preflight_fails_an_exporter_image_an_air_gapped_host_cannot_get(manifest):
+    from plugins.filter.monitoring import monitoring_dcgm_image_check
+    from plugins.filter.preflight import preflight_failures
+
+    result = monitoring_dcgm_image_check(DCGM_IMAGE, manifest, "/srv/a800-bundle", False)
+    assert result["status"] == "fail" and result["fact"] == "monitoring_dcgm_image"
+    (line,) = preflight_failures([result])
+    assert DCGM_IMAGE in line and "cannot pull it" in line
+    held = "holds vllm/vllm-openai:v0.26.0" if manifest else "/srv/a800-bundle/manifest.json cannot be read"
+    assert held in line
+    # the fixes name the variables: the bundle's, the image's way onto the host, and turning the exporter off
+    assert "bundle_dcgm_exporter_image" in line and "docker load" in line and "monitoring_dcgm_enabled: false" in line
+
+
+def test_the_role_preflight_tasks_judge_only_air_gapped_serving_hosts_that_run_the_exporter(tmp_path):
+    """roles/monitoring/tasks/preflight.yml run by ansible-playbook on local hosts: an offline host whose bundle
+    lacks the image fails, one whose bundle has it passes, a missing manifest fails; a connected host, one with
+    dcgm-exporter off and a host outside the serving group get no check."""
+    import os
+    import sys
+
+    image = "a800-testbed/dcgm-exporter-not-on-this-machine:0"
+    for name, images in (("with", [image]), ("without", ["vllm/vllm-openai:v0.26.0"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(json.dumps(bundle_manifest(*images)))
+    local = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "monitoring_dcgm_image": image,
+    }
+    cases = {
+        "with": ({"a800_offline_bundle": str(tmp_path / "with")}, ["pass"]),
+        "without": ({"a800_offline_bundle": str(tmp_path / "without")}, ["fail"]),
+        "nomanifest": ({"a800_offline_bundle": str(tmp_path / "absent")}, ["fail"]),
+        "online": ({"a800_offline_bundle": ""}, []),
+        "dcgmoff": ({"a800_offline_bundle": str(tmp_path / "without"), "monitoring_dcgm_enabled": False}, []),
+        "gateway": ({"a800_offline_bundle": str(tmp_path / "without")}, []),
+    }
+    servers = {h: dict(local, **v) for h, (v, _) in cases.items() if h != "gateway"}
+    inventory = {"all": {"children": {
+        "a800_servers": {"hosts": servers},
+        "a800_gateways": {"hosts": {"gateway": dict(local, **cases["gateway"][0])}},
+        "a800_monitoring": {"hosts": {"with": {}}},
+    }}}  # fmt: skip
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    out = tmp_path / "out"
+    out.mkdir()
+    play = {"hosts": "all", "gather_facts": False, "tasks": [
+        {"ansible.builtin.include_role": {"name": "monitoring", "tasks_from": "preflight.yml"}},
+        {"ansible.builtin.copy": {"content": "{{ monitoring_preflight_results | to_json }}",
+                                  "dest": str(out) + "/{{ inventory_hostname }}.json", "mode": "0644"}},
+    ]}  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_HOME=str(ROOT / ".ansible-home"))
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    run_ = subprocess.run(
+        [str(playbook), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run_.returncode == 0, run_.stdout[-3000:] + run_.stderr[-3000:]
+    for name, (_, statuses) in cases.items():
+        results = json.loads((out / f"{name}.json").read_text())
+        assert [r["status"] for r in results] == statuses, (name, results)
+    assert "manifest.json cannot be read" in json.loads((out / "nomanifest.json").read_text())[0]["detail"]
+
+
+def test_an_air_gapped_host_never_pulls_the_exporter():
+    """The role starts dcgm-exporter with monitoring_dcgm_pull: never where offline_bundle is set (the host phase
+    loaded the image from the bundle), missing elsewhere."""
+    task = yaml.safe_load((ROLE / "tasks" / "dcgm.yml").read_text())[0]["community.docker.docker_container"]
+    assert task["pull"] == "{{ monitoring_dcgm_pull }}"
+    default = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["monitoring_dcgm_pull"]
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    assert env.from_string(default).render(a800_offline_bundle="/srv/a800-bundle") == "never"
+    assert env.from_string(default).render(a800_offline_bundle="") == "missing"
+
+
+def fleet_md(hosts: list[dict]) -> str:
+    """reports/fleet.md as the verify playbook writes it (its copy task's content, rendered by Jinja)."""
+    plays = yaml.safe_load((ROOT / "playbooks" / "verify.yml").read_text())
+    task = next(t for t in plays[1]["tasks"] if t["name"] == "Write reports/fleet.md")
+    return jinja2.Environment().from_string(task["ansible.builtin.copy"]["content"]).render(__ran=hosts)
+
+
+def test_a_missing_exporter_is_a_warning_and_the_host_stays_green_in_verify_and_the_fleet():
+    from plugins.filter.verify_report import verify_monitoring_checks, verify_summary
+
+    watched = {"prometheus_url": "http://gw:9090", "up": "1", "rules_loaded": 14, "rules_expected": 14, "firing": [],
+               "dashboard": "gw:/d.json", "dcgm_expected": True, "dcgm_container": "a800-dcgm-exporter"}  # fmt: skip
+    hosts = []
+    for name, dcgm_up in (("gpu-1", "1"), ("gpu-2", "0"), ("gpu-3", None)):
+        checks = verify_monitoring_checks(dict(watched, dcgm_up=dcgm_up), name)
+        (dcgm,) = [c for c in checks if c["name"] == "monitoring:dcgm"]
+        if dcgm_up == "1":
+            assert dcgm["status"] == "pass"
+        else:
+            assert dcgm["status"] == "warn", dcgm
+            assert "dcgm-exporter (a800-dcgm-exporter) is not scraped" in dcgm["detail"]
+            assert f'up{{job="dcgm",host="{name}"}} is {dcgm_up or "absent"}' in dcgm["detail"]
+            assert "docker logs a800-dcgm-exporter" in dcgm["fix"] and "monitoring_dcgm_enabled: false" in dcgm["fix"]
+        summary = verify_summary(checks)
+        assert summary["ok"] is True and summary["fail"] == 0
+        hosts.append({"inventory_hostname": name, "verify_result": {"summary": summary}})
+    rows = [line for line in fleet_md(hosts).splitlines() if line.startswith("| gpu-")]
+    assert rows == ["| gpu-1 | PASS | 4 | 0 | 0 |", "| gpu-2 | PASS | 3 | 1 | 0 |", "| gpu-3 | PASS | 3 | 1 | 0 |"]
+
+
+def test_a_host_without_the_exporter_gets_no_dcgm_check():
+    from plugins.filter.verify_report import verify_monitoring_checks
+
+    base = {"prometheus_url": "http://gw:9090", "up": "1", "rules_loaded": 14, "rules_expected": 14, "firing": []}
+    for expected in (False, "False", None):
+        names = [c["name"] for c in verify_monitoring_checks(dict(base, dcgm_expected=expected, dcgm_up=None), "h")]
+        assert "monitoring:dcgm" not in names

@@ -242,6 +242,24 @@ def test_another_gpu_container_fails_the_launch_naming_it_and_the_fix():
     assert rules(other_containers=None)["gpus_free"]["status"] == "pending"  # not read: never a pass
 
 
+def test_the_monitoring_roles_dcgm_exporter_does_not_fail_gpus_free():
+    """dcgm-exporter runs with --gpus all to read the GPUs (roles/monitoring): on a host with monitoring on, a second
+    run of site.yml found it and refused to touch the server (the airgap scenario's idempotence step). Containers named
+    in serve_gpu_readers are left out; any other GPU container still fails."""
+    exporter = serve_other_containers([running(ARTICLE, "a800-dcgm-exporter")], "glm52-nvfp4", 8001)
+    assert rules(other_containers=exporter, gpu_readers=["a800-dcgm-exporter"])["gpus_free"]["status"] == "pass"
+    both = serve_other_containers(
+        [running(ARTICLE, "a800-dcgm-exporter"), running(ARTICLE, "helper2-article")], "glm52-nvfp4", 8001
+    )
+    check = rules(other_containers=both, gpu_readers=["a800-dcgm-exporter"])["gpus_free"]
+    assert check["status"] == "fail" and "helper2-article (all)" in check["detail"]
+    assert "a800-dcgm-exporter" not in check["detail"]
+    defaults = yaml.safe_load((ROOT / "roles" / "serve" / "defaults" / "main" / "main.yml").read_text())
+    assert defaults["serve_gpu_readers"] == ["{{ monitoring_dcgm_container | default('a800-dcgm-exporter') }}"]
+    monitoring = yaml.safe_load((ROOT / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
+    assert monitoring["monitoring_dcgm_container"] == "a800-dcgm-exporter"
+
+
 def test_another_container_on_the_port_fails_port_free_naming_it():
     others = serve_other_containers(
         [running(changed(ARTICLE, HostConfig__DeviceRequests=None), "helper2-article")], "glm52-nvfp4", 8001
