@@ -12,8 +12,9 @@
 # and the local apt repository of stand-in NVIDIA packages (tests/testbed/standin-nvidia).
 #   tests/testbed/build-images.sh          every image (the tests)
 #   tests/testbed/build-images.sh demo     what `make demo` uses: the base, the sim host, the probe, the vLLM double
-#                                          and the apt repository (not the gateway stand-in, not the 2.4 GB real
-#                                          engine that only the real-engine scenario and the contract suite run)
+#                                          and the apt repository (not the gateway and dcgm-exporter stand-ins, not
+#                                          the 2.4 GB real engine that only the real-engine scenario and the
+#                                          contract suite run)
 # Each image is built only when missing or when its inputs changed (content hash in a label). One build at a time
 # (a lock in the work directory): tests that run it from their fixtures and `make images` may overlap.
 set -euo pipefail
@@ -111,7 +112,7 @@ fi
 # the BOM's image so that the bundle carries it and an air-gapped host loads it from there (molecule/airgap).
 dcgm=${DCGM_STANDIN_IMAGE:-nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless}
 dcgm_recipe="busybox-static httpd -p 9400; $(hash_of "$here/dcgm-exporter-standin")"
-if [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$dcgm" 2>/dev/null)" != "$dcgm_recipe" ]; then
+if [ "$what" = all ] && [ "$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$dcgm" 2>/dev/null)" != "$dcgm_recipe" ]; then
   echo "$dcgm: building the dcgm-exporter stand-in from Debian's busybox-static"
   d=$(mktemp -d)
   (cd "$d" && apt-get download -q busybox-static >/dev/null && dpkg-deb -x busybox-static_*.deb x)

@@ -82,6 +82,7 @@ def test_by_default_every_image_is_built(tmp_path):
         "a800-testbed/gateway-standin:latest",
         "a800-testbed/vllm-cpu:0.32.0",
         "a800-testbed/probe:latest",
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless",
     }
 
 
