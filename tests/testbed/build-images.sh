@@ -2,6 +2,7 @@
 # Build the test-bed images (test doubles, never shipped):
 #   a800-testbed/debian12:base     Debian 12 from Debian's packages (debootstrap), or TESTBED_BASE_IMAGE
 #   a800-testbed/sim-host:latest   the simulated A800 host: systemd as PID 1, its own Docker engine
+#   a800-testbed/sim-host-containerd-store:latest  the same with Debian 13's Docker 26 on the containerd image store
 #   a800-testbed/probe:latest      a busybox image that the sim host's inner Docker runs with --gpus all
 #   vllm/vllm-openai:v0.26.0       the vLLM test double (tests/doubles/vllm), tagged like the real base image
 #   a800-testbed/gateway-standin:latest  the unified-key gateway stand-in: nginx with bearer-key auth (tests/testbed/gateway)
@@ -23,6 +24,7 @@ case $what in all | demo) ;; *) echo "usage: $0 [all|demo]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 base=a800-testbed/debian12:base
 sim=a800-testbed/sim-host:latest
+sim_containerd_store=a800-testbed/sim-host-containerd-store:latest
 probe=a800-testbed/probe:latest
 gateway=a800-testbed/gateway-standin:latest
 work=${TESTBED_WORK:-/var/tmp/a800-testbed}
@@ -57,16 +59,18 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
 fi
 
 hash_of() { (cd "$1" && find . -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16; }
-build_if_changed() {  # image, context dir
-  local img=$1 ctx=$2 h cur
+build_if_changed() {  # image, context dir[, base image other than the Debian one: its ID is an input too]
+  local img=$1 ctx=$2 from=${3:-$base} h cur
   h=$(hash_of "$ctx")
+  if [ -n "${3:-}" ]; then h=$( { echo "$h"; docker image inspect -f '{{.Id}}' "$from"; } | sha256sum | cut -c1-16); fi
   cur=$(docker image inspect -f '{{ index .Config.Labels "testbed.inputs" }}' "$img" 2>/dev/null || true)
   if [ "$cur" = "$h" ]; then echo "$img: up to date"; return; fi
   echo "$img: building"
-  DOCKER_BUILDKIT=0 docker build -q --label "testbed.inputs=$h" --build-arg "BASE=$base" \
+  DOCKER_BUILDKIT=0 docker build -q --label "testbed.inputs=$h" --build-arg "BASE=$from" \
     --build-arg "MIRROR=$(mirror)" -t "$img" "$ctx" >/dev/null
 }
 build_if_changed "$sim" "$here/sim-host"
+build_if_changed "$sim_containerd_store" "$here/sim-host-containerd-store" "$sim"
 build_if_changed "${VLLM_DOUBLE_IMAGE:-vllm/vllm-openai:v0.26.0}" "$here/../doubles/vllm"
 [ "$what" = demo ] || build_if_changed "$gateway" "$here/gateway"
 

@@ -148,6 +148,48 @@ def test_cdi_specification_lists_every_gpu(host):
     assert sorted(d["name"] for d in spec["devices"]) == sorted([*map(str, range(8)), "all"])
 
 
+SERVING_IMAGE = "vllm/vllm-openai:v0.26.0-glm52-sm80"
+SERVE_CONTAINER = "glm52-nvfp4"
+
+
+def inspect(host, *argv):
+    return json.loads(host.check_output("docker " + " ".join(argv)))
+
+
+def test_the_engine_keeps_its_images_in_the_containerd_image_store(host):
+    """The scenario's host runs Docker on the containerd image store (platform containerd_store): the storage driver
+    is a containerd snapshotter, and the image built here, never pushed, has a repository digest that is its ID (its
+    manifest's digest); the classic store gives a built image none."""
+    info = inspect(host, "info", "--format", "'{{json .DriverStatus}}'")
+    assert ["driver-type", "io.containerd.snapshotter.v1"] in info, info
+    image = inspect(host, "image", "inspect", SERVING_IMAGE)[0]
+    assert image["RepoDigests"] == [f"{SERVING_IMAGE.rsplit(':', 1)[0]}@{image['Id']}"], image["RepoDigests"]
+
+
+def test_the_server_runs_the_built_image_by_its_id(host):
+    """The image role's image_ref (the built image's ID) is what the serve role ran and what it compares: the
+    container's image is that ID on this store too."""
+    image = inspect(host, "image", "inspect", SERVING_IMAGE)[0]
+    container = inspect(host, "container", "inspect", SERVE_CONTAINER)[0]
+    assert container["Image"] == image["Id"]
+
+
+def test_docker_save_and_load_keep_the_image_id_on_this_store(host):
+    """docker save writes an OCI layout (index.json) on this store, and docker load of it gives back the same ID:
+    what the bundle's and the tarball path's archives rely on."""
+    image_id = inspect(host, "image", "inspect", SERVING_IMAGE)[0]["Id"]
+    archive = "/var/tmp/a800-serving-image.tar"
+    try:
+        host.check_output(f"docker save -o {archive} {SERVING_IMAGE}")
+        members = host.check_output(f"tar -tf {archive}").split()
+        assert "index.json" in members and "oci-layout" in members, members[:20]
+        loaded = host.check_output(f"docker load -i {archive}")
+        assert f"Loaded image: {SERVING_IMAGE}" in loaded
+        assert inspect(host, "image", "inspect", SERVING_IMAGE)[0]["Id"] == image_id
+    finally:
+        host.run(f"rm -f {archive}")
+
+
 # --- last: the idempotence proof (in place of Molecule's idempotence step) -------------------------------------------
 def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
     """The second site.yml, with the converge's extra vars, as Molecule's idempotence step ran it. Whether the kernel
