@@ -446,7 +446,7 @@ class _Flag(NamedTuple):
 
 
 # Pages pending retirement, a pending row remap, a failed row remap (docs/field.md#gpu-state-...).
-_retired_pages_check, _row_remap_pending_check, _row_remap_failure_check = (
+_FLAGS = (
     _Flag(
         "retired_pages_pending", WARN, "retired_pages_pending", "retired_pages.pending", "pages pending retirement",
         "memory pages are pending retirement at {gpus} (Pending Page Blacklist: Yes): until they are retired they "
@@ -488,9 +488,7 @@ GPU_CHECKS = (
     _nvswitch_check,
     _mig_mode_check,
     _ecc_mode_check,
-    _retired_pages_check,
-    _row_remap_pending_check,
-    _row_remap_failure_check,
+    *_FLAGS,  # retired pages, a pending row remap, a failed row remap
 )
 
 

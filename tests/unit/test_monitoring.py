@@ -74,10 +74,11 @@ def rendered_rules(rendered: Path) -> list[dict]:
 
 
 def jinja(template: str, **variables) -> str:
-    """A task's or default's template rendered as Ansible would here: the collection's filters, Jinja's own `default`
-    and `urlencode`, and the Ansible pieces they use (lookup('ansible.builtin.file'), from_yaml, flatten of lists)."""
+    """A task's or default's template rendered as Ansible would here: the collection's filters (by FQCN), Jinja's own
+    `default` and `urlencode`, and the Ansible pieces they use (lookup('ansible.builtin.file'), from_yaml, flatten of
+    lists)."""
     env = jinja2.Environment(undefined=jinja2.ChainableUndefined)
-    env.filters.update(FilterModule().filters())
+    env.filters.update({f"a800.vllm.{name}": func for name, func in FilterModule().filters().items()})
     env.filters["ansible.builtin.from_yaml"] = yaml.safe_load
     env.filters["flatten"] = lambda lists: [x for sub in lists for x in sub]
     env.globals["lookup"] = lambda plugin, path: Path(path).read_text() if plugin == "ansible.builtin.file" else None
