@@ -113,7 +113,7 @@ def a800_settings_checks(values: Mapping[str, Any], options: Mapping[str, Any], 
 
 def shm_size_problem(value: Any) -> str | None:
     """Why docker_container would refuse serve_shm_size (its `shm_size`: `<number>[<unit>]`, read with Ansible's
-    human_to_bytes, the same function the serve role's ipc choice uses), or None."""
+    human_to_bytes, the same function the serve role's ipc choice uses; docs/field.md#the-containers-devshm-size)."""
     try:
         size = human_to_bytes(str(value).strip())
     except (ValueError, TypeError) as error:
