@@ -82,7 +82,8 @@ def a800_settings_checks(values: Mapping[str, Any], options: Mapping[str, Any], 
     kept = {name: {k: opt[k] for k in SPEC_KEYS if k in opt} for name, opt in options.items()}
     options = json.loads(json.dumps(kept))
     values = json.loads(json.dumps({name: value for name, value in values.items() if name in options}))
-    secret = {name for name, opt in options.items() if opt.get("no_log")}
+    # Not shown: a secret, and a mapping's value (serve_extra_env may hold a token even when it is not a mapping).
+    secret = {name for name, opt in options.items() if opt.get("no_log") or opt.get("type") == "dict"}
     result = ArgumentSpecValidator(options).validate(dict(values))
     records: dict[str, dict] = {}
     for error in result.errors:
