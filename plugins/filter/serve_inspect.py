@@ -430,10 +430,45 @@ def serve_other_containers(
     return out
 
 
+def serve_published_health(inspect_text: Any, serve_port: Any) -> dict[str, Any]:
+    """Where the running server answers /health, from `docker inspect --format` of `{"running": .State.Running,
+    "ports": .NetworkSettings.Ports}` (what the host phase reads, no environment): {serving, url, port, detail}.
+
+    The port the container publishes now, not serve_port: a changed serve_port is applied by the serve phase, so
+    until then the running server still answers on the port it was started with. Of several published TCP ports
+    the one equal to serve_port wins, else the lowest container port; an address bound to every interface (or
+    none: the host network) is reached on 127.0.0.1."""
+    text = str(inspect_text or "").strip()
+    try:
+        found = json.loads(text.splitlines()[0]) if text else {}
+    except ValueError:
+        found = {}
+    if not isinstance(found, Mapping) or found.get("running") is not True:
+        return {"serving": False, "url": "", "port": None, "detail": "not running"}
+    bindings = []
+    for key, binds in ((found.get("ports") or {}) if isinstance(found.get("ports"), Mapping) else {}).items():
+        port, _, proto = str(key).partition("/")
+        if (proto or "tcp") != "tcp" or not port.isdigit():
+            continue
+        for bind in binds or []:
+            host_port = str((bind or {}).get("HostPort") or "")
+            if host_port.isdigit():
+                bindings.append((int(port), str(bind.get("HostIp") or ""), int(host_port)))
+    if not bindings:  # the host network (or nothing published): the server's own port is the host's
+        port, address, detail = int(serve_port), "", f"publishes no port; serve_port {serve_port}"
+    else:
+        wanted = [b for b in bindings if b[2] == int(serve_port)]
+        _, address, port = sorted(wanted or bindings)[0]
+        detail = f"publishes {port}" + ("" if port == int(serve_port) else f" (serve_port is {serve_port})")
+    host = "127.0.0.1" if address in ("", "0.0.0.0", "::") else f"[{address}]" if ":" in address else address
+    return {"serving": True, "url": f"http://{host}:{port}/health", "port": port, "detail": detail}
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
             "serve_launch_differences": serve_launch_differences,
             "serve_other_containers": serve_other_containers,
             "serve_image_facts": serve_image_facts,
+            "serve_published_health": serve_published_health,
         }

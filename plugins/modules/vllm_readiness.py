@@ -15,6 +15,12 @@ description:
   - C(failed) - the container does not exist, has exited or is restarting; or a fatal entry of O(catalogue) matches
     a log line; or the log says the engine core died; or the log says C(Application startup complete.) but O(url)
     has not answered 200 for 5 s.
+  - C(stopped) - the container was stopped, not crashed (docs/vllm.md#a-stopped-server) - it exited with 0 (vLLM's
+    shutdown on SIGTERM, which C(docker stop) sends first), 130 (SIGTERM while the engine loads), 143 (SIGTERM's
+    default action), or 137 (SIGKILL, C(docker stop) after its grace period) under a restart policy that restarts
+    a crash (always, unless-stopped), with no OOM kill, no Docker error, no fatal catalogue entry and no dead engine
+    in the log. The message says when and how to start it again; a caller that waits for a start treats it as not
+    ready.
   - C(loading) - the window ended and none of the above happened. Call the module again (an C(until) loop) for the
     next window; a 433 GB load takes ~6 min from the page cache, ~22 min cold.
   - Log lines from before the container's current start (a restarted, not re-created, container keeps its old log)
@@ -99,7 +105,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 state:
-  description: C(ready), C(loading) (the window ended, the start goes on) or C(failed).
+  description: C(ready), C(loading) (the window ended, the start goes on), C(failed) or C(stopped) (by an operator).
   returned: always
   type: str
   sample: loading
@@ -188,7 +194,7 @@ import urllib.error  # noqa: E402
 import urllib.request  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from datetime import datetime  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -205,7 +211,9 @@ from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import (  # noq
     summary_line,
 )
 
-INSPECT_FORMAT = '{"State":{{json .State}},"RestartCount":{{.RestartCount}}}'
+INSPECT_FORMAT = (
+    '{"State":{{json .State}},"RestartCount":{{.RestartCount}},"RestartPolicy":{{json .HostConfig.RestartPolicy}}}'
+)
 HEALTH_TIMEOUT_S = 2.0
 READY_GRACE_S = 5.0  # "Application startup complete." but /health not 200 for this long: failed
 DOCKER_TIMEOUT_S = 60.0
@@ -226,6 +234,7 @@ class Observation:
     exists: bool
     state: dict[str, Any] = field(default_factory=dict)
     restart_count: int = 0
+    restart_policy: str = ""
     lines: list[str] = field(default_factory=list)
     last_log_at: float | None = None
     log_error: str | None = None
@@ -252,8 +261,8 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
         raise DockerError(f"cannot run {argv[0]}: {exc}") from exc
 
 
-def inspect(docker: str, container: str) -> tuple[dict[str, Any], int] | None:
-    """(State, RestartCount) of the container, None when it does not exist."""
+def inspect(docker: str, container: str) -> tuple[dict[str, Any], int, str] | None:
+    """(State, RestartCount, the restart policy's name) of the container, None when it does not exist."""
     run = _run([docker, "inspect", "--format", INSPECT_FORMAT, container])
     if run.returncode != 0:
         if "no such" in run.stderr.lower():
@@ -263,7 +272,8 @@ def inspect(docker: str, container: str) -> tuple[dict[str, Any], int] | None:
         document = json.loads(run.stdout.strip().splitlines()[0])
     except (ValueError, IndexError) as exc:
         raise DockerError(f"docker inspect {container}: unexpected output {run.stdout[:200]!r}") from exc
-    return document.get("State") or {}, int(document.get("RestartCount") or 0)
+    policy = str((document.get("RestartPolicy") or {}).get("Name") or "")
+    return document.get("State") or {}, int(document.get("RestartCount") or 0), policy
 
 
 def current_run(text: str, since: float | None) -> tuple[str, float | None]:
@@ -360,8 +370,8 @@ def observe(docker: str, container: str, url: str, health_timeout: float, live: 
     found = inspect(docker, container)
     if found is None:
         return Observation(exists=False)
-    state, restarts = found
-    obs = Observation(exists=True, state=state, restart_count=restarts)
+    state, restarts, policy = found
+    obs = Observation(exists=True, state=state, restart_count=restarts, restart_policy=policy)
     text, obs.log_error = read_log(docker, container)
     if text is not None:
         since = parse_time(state.get("StartedAt")) if restarts == 0 else None
@@ -382,13 +392,54 @@ def unknown(cause: str, lines: list[str], fix: str) -> dict[str, Any]:
     }
 
 
+# Exit codes of a stop (docs/vllm.md#a-stopped-server): `docker stop` sends SIGTERM, then SIGKILL after its grace
+# period (10 s by default); vLLM shuts down on SIGTERM and exits 0 once it served, and raises KeyboardInterrupt while
+# it loads (130). 137 is a stop only where the restart policy would have restarted a crash.
+STOP_EXIT_CODES = {
+    0: "exit code 0: vLLM shut down on SIGTERM, as docker stop asks",
+    130: "exit code 130: vLLM was interrupted by SIGTERM while it started",
+    143: "exit code 143: ended by SIGTERM",
+}
+KILLED_EXIT_CODE = 137
+RESTARTING_POLICIES = ("always", "unless-stopped")
+
+
+def stopped_reason(container: str, obs: Observation, found: list[dict[str, Any]]) -> str | None:
+    """Why the container is a clean stop, with when and how to start it again; None when it is not one."""
+    state = obs.state
+    if state.get("Running") or state.get("Restarting") or state.get("Status") == "restarting":
+        return None
+    if state.get("OOMKilled") or state.get("Error") or state.get("Dead"):
+        return None
+    if any(entry["fatal"] for entry in found) or engine_dead(obs.lines):
+        return None
+    finished = parse_time(state.get("FinishedAt"))
+    code = state.get("ExitCode")
+    how = STOP_EXIT_CODES.get(code)
+    if how is None and code == KILLED_EXIT_CODE and obs.restart_policy in RESTARTING_POLICIES:
+        how = (
+            f"exit code 137: SIGKILL, docker stop after its grace period or docker kill (restart policy "
+            f"{obs.restart_policy} restarts a crash)"
+        )
+    if finished is None or how is None:
+        return None
+    at = datetime.fromtimestamp(finished, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"stopped at {at} ({how}); not a failed start. Start it again: docker start {container} "
+        "(or re-run the serve phase: python -m a800vllm serve)"
+    )
+
+
 def verdict(
     container: str, obs: Observation, found: list[dict[str, Any]], ready_since: float | None, now: float
 ) -> tuple[str, str]:
-    """(state, reason) of one poll: ready, failed, or `waiting` (nothing decisive yet)."""
+    """(state, reason) of one poll: ready, failed, stopped, or `waiting` (nothing decisive yet)."""
     if not obs.exists:
         return "failed", f"container {container!r} does not exist"
     state = obs.state
+    stop = stopped_reason(container, obs, found)
+    if stop:
+        return "stopped", stop
     if state.get("Restarting") or state.get("Status") == "restarting" or obs.restart_count > 0:
         return "failed", f"the container crashed and is being restarted (restart count {obs.restart_count})"
     if not state.get("Running"):
@@ -468,6 +519,8 @@ def result(
     if state == "failed":
         primary = diagnosis[0]
         message = f"start failed: {reason}" + ("" if primary["name"] == "unknown" else f": {primary['cause']}")
+    elif state == "stopped":
+        message = reason
     else:
         message = summary_line(prog, prog["eta_s"])
         warnings = [entry["name"] for entry in found]

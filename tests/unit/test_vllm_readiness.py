@@ -39,7 +39,8 @@ n = int(counter.read_text()) if counter.exists() else 0
 counter.write_text(str(n + 1))
 if args[0] == "inspect":
     state = plays["states"][min(n, len(plays["states"]) - 1)]
-    sys.stdout.write(json.dumps({{"State": state, "RestartCount": plays.get("restarts", 0)}}) + "\\n")
+    document = {{"State": state, "RestartCount": plays.get("restarts", 0), "RestartPolicy": plays.get("policy")}}
+    sys.stdout.write(json.dumps(document) + "\\n")
 elif args[0] == "logs":
     sys.stdout.write(plays["logs"][min(n, len(plays["logs"]) - 1)])
 elif args[0] == "attach":  # the bytes written since the attach: a progress bar redrawn with \\r, no newline yet
@@ -139,8 +140,10 @@ def docker(tmp_path):
         path = tmp_path / "bin" / "docker"
         root = tmp_path
 
-        def play(self, name: str, states: list[dict], logs: list[str], restarts: int = 0, attach: str = "") -> None:
-            script = {"states": states, "logs": logs, "restarts": restarts, "attach": attach}
+        def play(
+            self, name: str, states: list[dict], logs: list[str], restarts: int = 0, attach: str = "", policy=None
+        ) -> None:
+            script = {"states": states, "logs": logs, "restarts": restarts, "attach": attach, "policy": policy}
             (tmp_path / f"{name}.json").write_text(json.dumps(script))
 
         def calls(self, command: str) -> int:
@@ -333,6 +336,66 @@ def test_restart_policy_restarts_are_a_failure_with_the_whole_log(docker, health
     result = watch(params(docker, health))
     assert result["state"] == "failed" and result["restart_count"] == 2
     assert result["diagnosis"][0]["name"] == "no_gpu_visible"
+
+
+# --- stopped by an operator (docker stop), recorded states: tests/fixtures/docker-inspect/stopped-states.json -------
+RECORDED = json.loads((ROOT / "tests/fixtures/docker-inspect/stopped-states.json").read_text())["states"]
+
+
+def recorded(name: str) -> tuple[dict, dict]:
+    """(State, HostConfig.RestartPolicy) as recorded."""
+    return RECORDED[name]["State"], RECORDED[name]["RestartPolicy"]
+
+
+def test_docker_stop_is_reported_as_stopped_with_how_to_start_it_again(docker, health):
+    state, policy = recorded("docker-stop")  # exit code 0 after SIGTERM: vLLM's shutdown once it served
+    docker.play("glm52-nvfp4", [state], [stamped(READY)], policy=policy)
+    result = watch(params(docker, health))
+    assert result["state"] == "stopped" and result["exit_code"] == 0
+    assert result["message"].startswith("stopped at 2026-12-03 12:40:07 UTC (exit code 0: vLLM shut down on SIGTERM")
+    assert "docker start glm52-nvfp4" in result["message"] and "python -m a800vllm serve" in result["message"]
+    assert "start failed" not in result["message"] and "No catalogued error" not in json.dumps(result)
+    assert [d["name"] for d in result["diagnosis"]] == []
+
+
+def test_docker_stop_past_its_grace_period_is_a_stop_under_a_restarting_policy(docker, health):
+    state, policy = recorded("docker-stop-past-grace")  # SIGKILL: 137; unless-stopped would have restarted a crash
+    docker.play("glm52-nvfp4", [state], [stamped(LOADING)], policy=policy)
+    result = watch(params(docker, health))
+    assert result["state"] == "stopped" and result["exit_code"] == 137
+    assert "exit code 137: SIGKILL" in result["message"] and "docker start glm52-nvfp4" in result["message"]
+
+
+@pytest.mark.parametrize(
+    ("change", "policy"),
+    [
+        ({"ExitCode": 137}, "no"),  # SIGKILL without a restarting policy: a crash as much as a stop
+        ({"OOMKilled": True}, "unless-stopped"),
+        ({"Error": "failed to create shim task"}, "unless-stopped"),
+        ({"ExitCode": 1}, "unless-stopped"),
+    ],
+    ids=["sigkill-policy-no", "oom-killed", "docker-error", "exit-1"],
+)  # fmt: skip
+def test_an_exit_that_is_not_a_stop_stays_a_failed_start(docker, health, change, policy):
+    state, _ = recorded("docker-stop-past-grace")
+    docker.play("glm52-nvfp4", [{**state, **change}], [stamped(LOADING)], policy={"Name": policy})
+    result = watch(params(docker, health))
+    assert result["state"] == "failed" and result["message"].startswith("start failed: the container stopped")
+
+
+def test_a_clean_exit_with_a_fatal_error_in_the_log_is_a_failed_start(docker, health):
+    state, policy = recorded("docker-stop")
+    docker.play("glm52-nvfp4", [state], [stamped(OOM)], policy=policy)
+    result = watch(params(docker, health))
+    assert result["state"] == "failed" and result["diagnosis"][0]["name"] == "cuda_out_of_memory"
+
+
+def test_a_recorded_crash_is_a_failed_start(docker, health):
+    state, policy = recorded("crash-exit-1")
+    docker.play("glm52-nvfp4", [state], [stamped(LOADING)], policy=policy)
+    result = watch(params(docker, health))
+    assert result["state"] == "failed" and result["exit_code"] == 1
+    assert result["diagnosis"][0]["cause"] == "the container stopped (exit code 1)"
 
 
 def test_missing_container(docker, health):
