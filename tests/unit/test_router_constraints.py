@@ -80,9 +80,8 @@ def test_pip_resolves_the_router_to_exactly_the_pinned_set(python, tmp_path: Pat
     )
     # fmt: on
     assert run.returncode == 0, f"pip cannot install the pinned set on Python {python}:\n{run.stderr[-3000:]}"
-    resolved = {
-        canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
-    }
+    installs = json.loads(report.read_text())["install"]
+    resolved = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
     assert resolved == pins(python)
 
 
