@@ -10,6 +10,11 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 # RFC 6750 section 2.1: a bearer token is a b64token, 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
 # The same characters need no escaping inside a quoted nginx string, where the gateway's key map holds them.
 KEY_RE = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
@@ -218,6 +223,95 @@ def vllm_requests_in_flight(metrics_text: str) -> int:
     return int(total)
 
 
+def fleet_router_constraints(text: str, python_version: str) -> str:
+    """The router's constraints file (roles/fleet/files) as pip reads it on a gateway whose Python is python_version
+    ("3.12"): each line's marker evaluated for that Python and dropped, the lines for other Pythons left out. pip
+    evaluates the markers of a constraints file against the Python that runs it, never against --python-version
+    (pypa/pip#11010), so the bundle downloads each gateway's wheels with the file this returns. Two pins of one
+    package for one Python, or a line that is not name==version, raise."""
+    env = {"python_version": python_version, "python_full_version": python_version + ".0"}
+    pins: dict[str, str] = {}
+    lines = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as err:
+            raise ValueError(f"vllm-router constraints, line {number}: {line!r} is not a requirement ({err})") from err
+        specs = list(req.specifier)
+        if len(specs) != 1 or specs[0].operator != "==" or req.extras or req.url:
+            raise ValueError(f"vllm-router constraints, line {number}: {line!r} must pin one version (name==version)")
+        if req.marker is not None and not Marker(str(req.marker)).evaluate(env):
+            continue
+        name = canonicalize_name(req.name)
+        if name in pins:
+            raise ValueError(
+                f"vllm-router constraints, line {number}: {req.name} is pinned twice for Python {python_version} "
+                f"({pins[name]} and {specs[0].version}): give each pin a marker that the other's excludes"
+            )
+        pins[name] = specs[0].version
+        lines.append(f"{req.name}=={specs[0].version}")
+    return "\n".join(lines) + "\n"
+
+
+def _wheel_fits(filename: str, python_tag: str) -> bool:
+    """Whether a wheel's interpreter and ABI tags install on CPython python_tag (cp312): cp312-cp312, cp38-abi3,
+    py3-none... (the platform tag is left to pip)."""
+    version = (int(python_tag[2]), int(python_tag[3:]))
+    accepted = {(t.interpreter, t.abi) for t in cpython_tags(version, platforms=["any"])}
+    accepted |= {(t.interpreter, t.abi) for t in compatible_tags(version, python_tag, platforms=["any"])}
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    return any((t.interpreter, t.abi) in accepted for t in tags)
+
+
+def fleet_router_wheel_problems(manifest: Any, python_tag: str, version: str, bundle: str) -> list[str]:
+    """Why the offline bundle's vllm-router wheels cannot be installed on this gateway, whose python3 is python_tag
+    (cp312): no wheels of the router at all, none for this Python (naming the Pythons the bundle has and the
+    gateway's), another router version, or a wheel whose tags do not fit (naming the wheel). Empty when they can."""
+    if not re.fullmatch(r"cp3[0-9]+", str(python_tag)):
+        return [f"the gateway's python3 answered {python_tag!r}, not a CPython tag such as cp312"]
+    if manifest is None:
+        return [
+            f"fleet_router_bundle is {bundle}, but {bundle}/manifest.json is not on this gateway: copy the offline "
+            f"bundle there (rsync -a <bundle>/ <gateway>:{bundle}/), or set fleet_router_bundle to where it is"
+        ]
+    items = [i for i in manifest.get("items", []) if i.get("kind") == "router_wheels"]
+    fix = (
+        "collect the bundle again (make bundle) with the gateway's release in bundle_platforms, copy it to the "
+        "gateway, or set fleet_router_bundle to '' and give pip an index (fleet_router_pip_args)"
+    )
+    if not items:
+        return [f"the offline bundle at {bundle} has no vllm-router wheels (bundle_items without wheels?): {fix}"]
+    found = [i for i in items if i.get("python") == python_tag]
+    if not found:
+        have = ", ".join(f"{i.get('python')} ({i.get('name')})" for i in items)
+        return [
+            f"the offline bundle at {bundle} has vllm-router wheels for {have}, but this gateway's python3 is "
+            f"{python_tag}: wheels of one CPython do not install on another; {fix}"
+        ]
+    item = found[0]
+    problems = []
+    if str(item.get("version")) != str(version):
+        problems.append(
+            f"the offline bundle at {bundle} has vllm-router {item.get('version')} for {python_tag}, the BOM pins "
+            f"{version} (fleet_router_version): {fix}"
+        )
+    wheels = [f for f in item.get("files", []) if str(f).endswith(".whl")]
+    if not any(canonicalize_name(str(f).split("-", 1)[0]) == "vllm-router" for f in wheels):
+        problems.append(f"the offline bundle's {item.get('path')} holds no vllm-router wheel: {fix}")
+    problems += [
+        f"the offline bundle's {item.get('path')}/{f} is not for {python_tag}: {fix}"
+        for f in wheels
+        if not _wheel_fits(str(f), python_tag)
+    ]
+    return problems
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -227,4 +321,6 @@ class FilterModule:
             "fleet_worker_errors": fleet_worker_errors,
             "fleet_missing_workers": fleet_missing_workers,
             "vllm_requests_in_flight": vllm_requests_in_flight,
+            "fleet_router_constraints": fleet_router_constraints,
+            "fleet_router_wheel_problems": fleet_router_wheel_problems,
         }

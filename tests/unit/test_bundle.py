@@ -163,8 +163,9 @@ def _package_tasks(node):
 def test_the_role_packages_are_every_literal_package_that_roles_install():
     """Every package name an apt/package task of roles/ names literally, or through a role default that is a plain
     list, is in bundle_role_packages; the BOM's own packages (templated from the bill of materials) are not. The
-    bundle is for the serving hosts: the fleet role's gateway hosts (nginx, python3-venv, mtail, vllm-router's wheels)
-    and the monitoring hosts (prometheus, prometheus-alertmanager) are not in it yet (docs/fleet.md,
+    bundle's apt is for the serving hosts: the fleet role's gateway hosts (nginx, python3-venv, python3-packaging,
+    mtail; their router's wheels are in it) and the monitoring hosts (prometheus, prometheus-alertmanager) are not in it
+    yet (docs/fleet.md,
     docs/monitoring.md); the serving hosts' node exporter is."""
     defaults = _role_defaults()
     names: set[str] = set()

@@ -91,6 +91,23 @@ def test_the_router_and_the_gateway_run_with_both_serving_hosts(host):
     assert gw(f"{'/opt/a800-fleet/vllm-router'}/bin/pip", "show", "vllm-router").split("\n")[1] == "Version: 0.1.17"
 
 
+def test_the_router_venv_holds_exactly_the_constrained_set_and_packaging_comes_from_the_distribution(host):
+    """The bed's gateway came without packaging or pkg_resources (sim_host.bare_python): the role installed the
+    distribution's python3-packaging for the pip module, and the router's venv holds exactly the constraints' pins
+    for the gateway's Python, nothing unpinned."""
+    only_once(host)
+    status = gw("dpkg-query", "-W", "-f=${Status}", "python3-packaging")
+    assert status == "install ok installed"
+    pinned = gw("cat", "/opt/a800-fleet/vllm-router-constraints.txt").split()
+    assert "vllm-router==0.1.17" in pinned
+    frozen = gw("/opt/a800-fleet/vllm-router/bin/pip", "freeze", "--disable-pip-version-check").split()
+
+    def norm(lines: list[str]) -> set[str]:
+        return {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() + "==" + line.split("==")[1] for line in lines}
+
+    assert norm(frozen) == norm(pinned)
+
+
 def test_a_team_key_is_answered_through_both_apis(host):
     only_once(host)
     status, body, _ = chat(KEYS["team-load"])
