@@ -13,9 +13,8 @@
 # and the local apt repository of stand-in NVIDIA packages (tests/testbed/standin-nvidia).
 #   tests/testbed/build-images.sh          every image (the tests)
 #   tests/testbed/build-images.sh demo     what `make demo` uses: the base, the sim host, the probe, the vLLM double
-#                                          and the apt repository (not the gateway and dcgm-exporter stand-ins, not
-#                                          the 2.4 GB real engine that only the real-engine scenario and the
-#                                          contract suite run)
+#                                          and the apt repository (not the containerd-store sim host, the gateway
+#                                          and dcgm-exporter stand-ins, nor the 2.4 GB real engine: the tests')
 # Each image is built only when missing or when its inputs changed (content hash in a label). One build at a time
 # (a lock in the work directory): tests that run it from their fixtures and `make images` may overlap.
 set -euo pipefail
@@ -70,7 +69,7 @@ build_if_changed() {  # image, context dir[, base image other than the Debian on
     --build-arg "MIRROR=$(mirror)" -t "$img" "$ctx" >/dev/null
 }
 build_if_changed "$sim" "$here/sim-host"
-build_if_changed "$sim_containerd_store" "$here/sim-host-containerd-store" "$sim"
+[ "$what" = demo ] || build_if_changed "$sim_containerd_store" "$here/sim-host-containerd-store" "$sim"
 build_if_changed "${VLLM_DOUBLE_IMAGE:-vllm/vllm-openai:v0.26.0}" "$here/../doubles/vllm"
 [ "$what" = demo ] || build_if_changed "$gateway" "$here/gateway"
 

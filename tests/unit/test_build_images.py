@@ -78,6 +78,7 @@ def test_the_demo_builds_only_what_it_uses(tmp_path):
 def test_by_default_every_image_is_built(tmp_path):
     assert build(tmp_path) == {
         "a800-testbed/sim-host:latest",
+        "a800-testbed/sim-host-containerd-store:latest",
         "vllm/vllm-openai:v0.26.0",
         "a800-testbed/gateway-standin:latest",
         "a800-testbed/vllm-cpu:0.32.0",
