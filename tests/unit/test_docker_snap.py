@@ -137,7 +137,7 @@ def test_the_preflight_judges_it_with_the_bill_of_materials():
     main = yaml.safe_load((ROOT / "roles" / "preflight" / "tasks" / "main.yml").read_text())
     results = next(t for t in main if t["name"] == "Check the facts against the model profile")
     expr = results["ansible.builtin.set_fact"]["preflight_results"]
-    assert "host_facts.docker_snap | docker_snap_check(preflight_bom.docker.install" in expr
+    assert "host_facts.docker_snap | a800.vllm.docker_snap_check(preflight_bom.docker.install" in expr
 
 
 def test_container_runtime_stops_before_anything_changes():
