@@ -254,10 +254,13 @@ def test_the_monitoring_roles_dcgm_exporter_does_not_fail_gpus_free():
     check = rules(other_containers=both, gpu_readers=["a800-dcgm-exporter"])["gpus_free"]
     assert check["status"] == "fail" and "helper2-article (all)" in check["detail"]
     assert "a800-dcgm-exporter" not in check["detail"]
+    # one name, in the vocabulary role a800 that every play lists first: both roles read it from there
     defaults = yaml.safe_load((ROOT / "roles" / "serve" / "defaults" / "main" / "main.yml").read_text())
-    assert defaults["serve_gpu_readers"] == ["{{ monitoring_dcgm_container | default('a800-dcgm-exporter') }}"]
+    assert defaults["serve_gpu_readers"] == ["{{ a800_dcgm_container }}"]
     monitoring = yaml.safe_load((ROOT / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
-    assert monitoring["monitoring_dcgm_container"] == "a800-dcgm-exporter"
+    assert monitoring["monitoring_dcgm_container"] == "{{ a800_dcgm_container }}"
+    a800 = yaml.safe_load((ROOT / "roles" / "a800" / "defaults" / "main.yml").read_text())
+    assert a800["a800_dcgm_container"] == "a800-dcgm-exporter"
 
 
 def test_another_container_on_the_port_fails_port_free_naming_it():
