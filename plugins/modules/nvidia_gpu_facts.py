@@ -11,7 +11,7 @@ description:
   - Runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits), C(nvidia-smi topo -m) and C(nvidia-smi -q)
     and returns the parsed GPU facts as C(gpu_facts). Changes nothing; supports check mode.
   - The query asks for the GPU state too (MIG mode, ECC mode, pages pending retirement, pending row remappings, row
-    remapping failures: C(gpu_facts.state)); a driver that does not know one of these fields, or C(compute_cap), is
+    remapping failures, in C(gpu_facts.state)); a driver that does not know one of these fields, or C(compute_cap), is
     asked again without it, and C(gpu_facts.unsupported_fields) names what was left out.
   - A host without nvidia-smi reports C(driver_installed=false) instead of failing, so that a bare host can be
     prepared; a driver that is installed but not answering reports C(driver_loaded=false) and its message.
