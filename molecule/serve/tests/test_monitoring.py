@@ -24,8 +24,9 @@ from test_serve import H1, H2, INVENTORY, NAME, ROOT, http, said
 
 testinfra_hosts = ["a800_gateways"]
 
-sys.path.insert(0, str(ROOT))
-from plugins.filter.monitoring import monitoring_dashboard_queries  # noqa: E402
+# The plugins are the collection a800.vllm (collections/ links to the repository), imported as Ansible imports them.
+sys.path.insert(0, str(ROOT / "collections"))
+from ansible_collections.a800.vllm.plugins.filter.monitoring import monitoring_dashboard_queries  # noqa: E402
 
 INVENTORY_VARS = {"scrape_s": 5, "evaluation_s": 5, "engine_down_for_s": 20}  # molecule/serve/inventory/fleet.yml
 # The alert rules, as data (roles/monitoring/vars/main.yml): their number is read from there.
