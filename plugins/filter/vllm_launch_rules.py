@@ -589,6 +589,22 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     return checks
 
 
+# The rules the configuration alone decides: with no host fact at all they pass or fail as they will on the host (a
+# rule that reads a host fact is pending without it). The preflight runs them in its first step, before it reads the
+# host, so that a bad launch value is refused in seconds (roles/serve/tasks/settings.yml).
+CONFIG_RULES = ("tensor_parallel_gpus", "value_ranges", "dtype", "kv_cache_dtype", "json_option:", "parser:",
+                "served_model_name")  # fmt: skip
+CONFIG_CONTEXT = ("env", "extra_args", "served_model_name", "known_parsers", "skip")
+
+
+def vllm_config_failures(launch: dict, ctx: dict) -> list[dict]:
+    """The failed rules of CONFIG_RULES over `launch`, judged with the configuration of `ctx` alone (CONFIG_CONTEXT:
+    no host fact, no weights size)."""
+    config = {key: ctx[key] for key in CONFIG_CONTEXT if key in ctx} | {"host_rules": False}
+    checks = vllm_launch_checks(launch, config)
+    return [c for c in checks if c["status"] == FAIL and c["name"].startswith(CONFIG_RULES)]
+
+
 class FilterModule:
     def filters(self) -> dict:
-        return {"vllm_launch_checks": vllm_launch_checks}
+        return {"vllm_launch_checks": vllm_launch_checks, "vllm_config_failures": vllm_config_failures}

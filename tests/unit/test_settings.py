@@ -129,9 +129,14 @@ def one_host(tmp_path) -> Path:
     return tmp_path
 
 
-def test_the_preflight_refuses_a_batch_of_0_and_a_bad_shm_size_before_reading_the_host(one_host):
+def test_the_preflight_refuses_a_batch_of_0_a_bad_shm_size_and_a_bad_launch_value_before_reading_the_host(one_host):
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    extra = {"a800_host_batch": 0, "serve_shm_size": "lots", "ansible_python_interpreter": sys.executable}
+    extra = {
+        "a800_host_batch": 0,
+        "serve_shm_size": "lots",
+        "model_profile_overrides": {"launch": {"gpu_memory_utilization": 1.5}},  # a launch rule, no host fact
+        "ansible_python_interpreter": sys.executable,
+    }
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml", "-i", str(one_host)]
     run = subprocess.run(
         [*argv, "-e", json.dumps(extra)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
@@ -141,12 +146,15 @@ def test_the_preflight_refuses_a_batch_of_0_and_a_bad_shm_size_before_reading_th
     assert "TASK [preflight : Stop on settings that cannot work (nothing was read from the host)]" in out
     assert "a800_host_batch: 0 hosts at a time: Ansible's serial runs every host at once" in out
     assert "serve_shm_size: 'lots' is not a size docker_container reads" in out
+    assert "value_ranges: model_profile.launch.gpu_memory_utilization = 1.5 is outside (0," in out
     assert "TASK [preflight : Read the operating system" not in out  # nothing was read from the host
     assert "changed=0" in out and "failed=1" in out
 
 
 def test_the_serve_phase_runs_the_same_settings_check_before_it_renders_the_launch():
-    tasks = yaml.safe_load((ROOT / "roles/serve/tasks/main.yml").read_text())
+    main = yaml.safe_load((ROOT / "roles/serve/tasks/main.yml").read_text())
+    assert main[0]["ansible.builtin.include_tasks"] == "decide.yml"  # what the serve phase's plan runs too
+    tasks = yaml.safe_load((ROOT / "roles/serve/tasks/decide.yml").read_text())
     assert tasks[0]["ansible.builtin.include_tasks"] == "settings.yml"
     assert "serve_settings_checks" in tasks[1]["ansible.builtin.fail"]["msg"]
     assert tasks[2]["ansible.builtin.include_tasks"] == "facts.yml"
@@ -190,8 +198,8 @@ def test_a_host_that_does_not_serve_is_not_waited_for(text):
 
 
 def test_the_host_phase_waits_on_the_published_port():
-    play = yaml.safe_load((ROOT / "playbooks/host.yml").read_text())[0]
+    plan, play = yaml.safe_load((ROOT / "playbooks/host.yml").read_text())[:2]  # the plan reads it, before any change
     wait = next(t for t in play["post_tasks"] if t["name"].startswith("Wait until a host that was serving"))
     assert wait["ansible.builtin.uri"]["url"] == "{{ __host_serving_at.url }}"
-    keep = next(t for t in play["pre_tasks"] if t["name"] == "Keep where the running server answers /health")
+    keep = next(t for t in plan["pre_tasks"] if t["name"] == "Keep where the running server answers /health")
     assert "serve_published_health(serve_port)" in keep["ansible.builtin.set_fact"]["__host_serving_at"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime
@@ -299,6 +300,33 @@ def test_runtime_failure_is_diagnosed_and_the_last_good_launch_restored(host):
         ["docker", "exec", H1, "sh", "-c", f"ls {STATE}/failed-*.log"], capture_output=True, text=True
     ).stdout
     assert failed_logs.strip()
+
+
+def batches(run: subprocess.CompletedProcess, play: str) -> list[list[str]]:
+    """The hosts of each batch of `play`, in order: Ansible prints a play's banner again for each batch of serial."""
+    parts = [part.split("\nPLAY [")[0] for part in run.stdout.split(f"PLAY [{play}]")[1:]]
+    return [sorted(set(re.findall(r"^\w+: \[(a800-mol-serve-\d)\]", part, re.M))) for part in parts]
+
+
+def test_only_what_goes_down_rolls_the_rest_runs_side_by_side(host):
+    """A server stopped by hand restarts, alone and after the one that keeps running; then a host phase with nothing
+    to do on either host runs both side by side, in one batch, and changes nothing
+    (docs/field.md#hosts-side-by-side)."""
+    only_once(host)
+    before_h2 = started(H2)
+    subprocess.run(["docker", "exec", H1, "docker", "stop", NAME], check=True, capture_output=True)
+    run = playbook()
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert batches(run, "Serve - the vLLM server") == [[H2], [H1]], run.stdout[-6000:]
+    assert started(H2) == before_h2  # kept running
+    assert http(H1, "/health")[0] == 200
+
+    run = playbook(playbook="playbooks/host.yml")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    host_play = "Host - NVIDIA driver, container runtime and Docker, host tuning"
+    assert batches(run, host_play) == [[H1, H2]], run.stdout[-6000:]
+    assert "side by side: serving; nothing disruptive" in said(run)
+    assert changed_tasks(run) == [], run.stdout[-6000:]
 
 
 def test_a_failing_change_stops_at_the_first_host(host):

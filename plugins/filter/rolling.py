@@ -1,0 +1,78 @@
+"""Filters: which hosts of a phase may run side by side, and the batches (Ansible's `serial`) that follow from it.
+
+The host and serve phases roll over a serving fleet: a host that goes down (a reboot, a dockerd restart, a new
+server) does so only in its own batch, and the next batch starts once it serves again. A host with nothing
+disruptive to do needs no such care, so each phase first asks every host, read-only and all at once, what it would do
+(playbooks/host.yml, playbooks/serve.yml); the hosts with nothing disruptive then run as the first batch, side by
+side, and only the others roll.
+
+Ansible takes the hosts of a play in the order of its host pattern and cuts them into batches by `serial`, a list of
+batch sizes whose last one repeats (ansible-core's PlaybookExecutor._get_serialized_batches; docs/field.md#rolling-
+batches). A size of 0 would mean every host at once, so a phase where no host is quiet leaves the first batch out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+
+def roll_batches(quiet: list[str] | None, batch: Any = 1) -> list[Any]:
+    """`serial` for a play whose host pattern lists the `quiet` hosts first: all of them in one batch, then the rest
+    `batch` at a time (a800_host_batch: a count, a percentage, or a list of them)."""
+    rolling = list(batch) if isinstance(batch, (list, tuple)) else [batch]
+    if not rolling:
+        raise AnsibleFilterError("roll_batches: the batch of the hosts that roll is empty")
+    return ([len(quiet)] if quiet else []) + rolling
+
+
+def _dpkg_versions(text: str) -> dict[str, str]:
+    """`dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'` as package -> version, installed ones only
+    (status ii or hi: wanted install or hold, installed)."""
+    out = {}
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[2][:2] in ("ii", "hi"):
+            out[fields[0]] = fields[1]
+    return out
+
+
+def container_runtime_plan(now: dict[str, Any], packages: list[str], version: str, proxy_wanted: str) -> dict:
+    """Whether the container_runtime role would restart dockerd, with its reasons, from what the host has now:
+    `dockerd` (an engine installed), `toolkit` (dpkg-query's lines for the toolkit packages), `proxy_now` (the proxy
+    drop-in's text, '' when there is none) and `daemon_json` (daemon_json_change's action: none, reload, restart)."""
+    reasons = []
+    if not now.get("dockerd"):
+        reasons.append("no Docker engine is installed: the role installs one")
+    installed = _dpkg_versions(now.get("toolkit", ""))
+    off = [f"{p} {installed.get(p, 'not installed')}" for p in packages if installed.get(p) != version]
+    if off:
+        reasons.append(f"toolkit packages change to {version} ({', '.join(off)}): dockerd restarts for the --gpus hook")
+    if (now.get("proxy_now") or "") != (proxy_wanted or ""):
+        reasons.append("dockerd's proxy drop-in changes: dockerd restarts")
+    if now.get("daemon_json") == "restart":
+        reasons.append("daemon.json changes a key a reload does not apply: dockerd restarts")
+    return {"restart": bool(reasons), "reasons": reasons}
+
+
+def host_plan(driver: dict[str, Any] | None, runtime: dict[str, Any] | None, serving: bool) -> dict:
+    """The host phase's plan for one host: `side_by_side` when neither the driver (nvidia_driver_plan) nor the
+    container runtime (container_runtime_plan) would take it down; `detail` says why, for the play's output."""
+    if not driver or not runtime:
+        return {"side_by_side": False, "detail": "not planned: rolls in its own batch"}
+    reasons = ([driver.get("detail", "")] if driver.get("reboot") else []) + list(runtime.get("reasons", []))
+    quiet = not driver.get("reboot") and not runtime.get("restart")
+    state = "serving" if serving else "not serving"
+    if quiet:
+        return {"side_by_side": True, "detail": f"{state}; nothing disruptive ({driver.get('detail', '')})"}
+    return {"side_by_side": False, "detail": f"{state}; rolls: " + "; ".join(reasons)}
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {
+            "roll_batches": roll_batches,
+            "container_runtime_plan": container_runtime_plan,
+            "host_plan": host_plan,
+        }

@@ -1,0 +1,129 @@
+"""Which hosts run side by side in the host and serve phases (plugins/filter/rolling.py), and the batches Ansible
+cuts from the phases' own `hosts` and `serial` (playbooks/host.yml, playbooks/serve.yml) on a real ansible-core run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.a800.vllm.plugins.filter.rolling import container_runtime_plan, host_plan, roll_batches
+from conftest import ROOT
+
+TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+           "libnvidia-container1"]  # fmt: skip
+VERSION = "1.17.8-1"
+PROXY = "[Service]\nEnvironment=HTTP_PROXY=http://proxy.example:3128\n"
+
+
+def dpkg(versions: dict[str, str], status: str = "ii") -> str:
+    """What `dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'` prints (the abbreviation ends in a
+    space; a package never installed is not listed)."""
+    return "".join(f"{name} {version} {status} \n" for name, version in versions.items())
+
+
+def runtime(proxy_wanted: str = PROXY, **now) -> dict:
+    base = {"dockerd": True, "toolkit": dpkg(dict.fromkeys(TOOLKIT, VERSION)), "proxy_now": PROXY}
+    return container_runtime_plan(base | {"daemon_json": "none"} | now, TOOLKIT, VERSION, proxy_wanted)
+
+
+def test_batches_put_the_quiet_hosts_first_then_roll_the_rest():
+    assert roll_batches(["h2", "h4"], 1) == [2, 1]
+    assert roll_batches([], 1) == [1]  # never a first batch of 0: Ansible would run every host at once
+    assert roll_batches(None, "100%") == ["100%"]
+    assert roll_batches(["h2"], [1, "50%"]) == [1, 1, "50%"]
+
+
+def test_an_empty_list_of_rolling_batches_is_refused():
+    with pytest.raises(Exception, match="empty"):
+        roll_batches(["h1"], [])
+
+
+def test_a_runtime_at_its_versions_restarts_nothing():
+    assert runtime() == {"restart": False, "reasons": []}
+    assert runtime(daemon_json="reload") == {"restart": False, "reasons": []}  # SIGHUP: containers untouched
+
+
+@pytest.mark.parametrize(
+    ("now", "says"),
+    [
+        ({"dockerd": False}, "no Docker engine is installed"),
+        ({"toolkit": dpkg(dict.fromkeys(TOOLKIT, VERSION) | {"libnvidia-container1": "1.17.7-1"})},
+         "libnvidia-container1 1.17.7-1"),
+        ({"toolkit": dpkg({p: VERSION for p in TOOLKIT[:3]})}, "libnvidia-container1 not installed"),
+        ({"toolkit": dpkg(dict.fromkeys(TOOLKIT, VERSION), status="rc")}, "nvidia-container-toolkit not installed"),
+        ({"proxy_now": ""}, "proxy drop-in changes"),
+        ({"daemon_json": "restart"}, "a reload does not apply"),
+    ],
+)  # fmt: skip
+def test_what_restarts_dockerd_is_named(now, says):
+    plan = runtime(**now)
+    assert plan["restart"] is True
+    assert any(says in reason for reason in plan["reasons"]), plan["reasons"]
+
+
+def test_a_removed_proxy_is_a_change():
+    assert runtime(proxy_wanted="")["restart"] is True
+    assert runtime(proxy_wanted="", proxy_now="")["restart"] is False
+
+
+def test_a_host_runs_side_by_side_only_when_nothing_takes_it_down():
+    stays = {"reboot": False, "detail": "driver 580.95.05 runs and stays: no reboot"}
+    reboots = {"reboot": True, "detail": "no driver runs: the install ends with a reboot"}
+    quiet = host_plan(stays, runtime(), True)
+    assert quiet["side_by_side"] is True and "580.95.05" in quiet["detail"] and quiet["detail"].startswith("serving")
+    assert host_plan(reboots, runtime(), True) == {
+        "side_by_side": False,
+        "detail": "serving; rolls: no driver runs: the install ends with a reboot",
+    }
+    restart = host_plan(stays, runtime(daemon_json="restart"), False)
+    assert restart["side_by_side"] is False and "daemon.json" in restart["detail"]
+    assert host_plan(None, runtime(), True)["side_by_side"] is False  # not planned: rolls
+
+
+def phase_play(playbook: str, name: str) -> dict:
+    plays = yaml.safe_load((ROOT / playbook).read_text())
+    return next(play for play in plays if play["name"] == name)
+
+
+@pytest.mark.parametrize(
+    ("playbook", "name", "group"),
+    [
+        ("playbooks/host.yml", "Host - NVIDIA driver, container runtime and Docker, host tuning",
+         "a800_run_host_side_by_side"),
+        ("playbooks/serve.yml", "Serve - the vLLM server", "a800_run_serve_side_by_side"),
+    ],
+)  # fmt: skip
+def test_the_phase_runs_its_quiet_hosts_as_one_batch_then_rolls_the_rest(tmp_path: Path, playbook, name, group):
+    """The phase's own `hosts` and `serial`, after a group_by as its plan does, on ansible-core: hosts h2 and h4 are
+    quiet, h1 and h3 are not, a800_host_batch is 1 (the serve phase rolls one at a time anyway)."""
+    play = phase_play(playbook, name)
+    assert group in play["hosts"] and group in str(play["serial"])
+    inventory = {
+        "all": {
+            "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+            "children": {
+                "a800_servers": {"hosts": {h: {"quiet": h in ("h2", "h4")} for h in ("h1", "h2", "h3", "h4")}}
+            },
+        }
+    }
+    test_playbook = [
+        {"name": "plan", "hosts": "a800_servers", "gather_facts": False,
+         "tasks": [{"ansible.builtin.group_by": {"key": f"{{{{ '{group}' if quiet else 'rolling' }}}}"}}]},
+        {"name": "phase", "hosts": play["hosts"], "serial": play["serial"], "gather_facts": False,
+         "tasks": [{"name": "batch", "ansible.builtin.debug": {"msg": "in this batch"}}]},
+    ]  # fmt: skip
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(test_playbook, sort_keys=False))
+    env = os.environ | {"ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), "ANSIBLE_NOCOLOR": "1"}
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "inventory.yml", "play.yml"],
+        cwd=tmp_path, capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    batches = [re.findall(r"^ok: \[(h\d)\]", part, re.M) for part in run.stdout.split("TASK [batch]")[1:]]
+    assert batches == [["h2", "h4"], ["h1"], ["h3"]], run.stdout[-3000:]
