@@ -62,11 +62,11 @@ def host_plan(driver: dict[str, Any] | None, runtime: dict[str, Any] | None, ser
     if not driver or not runtime:
         return {"side_by_side": False, "detail": "not planned: rolls in its own batch"}
     reasons = ([driver.get("detail", "")] if driver.get("reboot") else []) + list(runtime.get("reasons", []))
-    quiet = not driver.get("reboot") and not runtime.get("restart")
     state = "serving" if serving else "not serving"
-    if quiet:
+    if not reasons and not runtime.get("restart"):
         return {"side_by_side": True, "detail": f"{state}; nothing disruptive ({driver.get('detail', '')})"}
-    return {"side_by_side": False, "detail": f"{state}; rolls: " + "; ".join(reasons)}
+    stays = "" if driver.get("reboot") else f" ({driver.get('detail', '')})"
+    return {"side_by_side": False, "detail": f"{state}; rolls: " + "; ".join(reasons) + stays}
 
 
 class FilterModule:

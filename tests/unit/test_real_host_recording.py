@@ -50,3 +50,8 @@ def test_the_host_phase_preview_gets_past_apt_without_python3_apt():
     assert "+ExecStart=/usr/bin/nvidia-persistenced --user root --persistence-mode --verbose" in text
     assert 'Failed to find required executable "systemctl"' in text
     assert "no docker" in (RECORDED / "host.txt").read_text()
+    # The plan before any change (docs/field.md#hosts-side-by-side): the newer running driver stays, so no reboot;
+    # no Docker engine and no toolkit yet, so dockerd would start anew and the host rolls in its own batch.
+    plan = " ".join(text.split("TASK [Say what each host's plan is]")[1].split("TASK [")[0].split())
+    assert "in its own batch: not serving; rolls: no Docker engine is installed" in plan, plan
+    assert "(driver 580.159.04 runs and stays: no reboot)" in plan, plan

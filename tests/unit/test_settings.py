@@ -151,6 +151,26 @@ def test_the_preflight_refuses_a_batch_of_0_a_bad_shm_size_and_a_bad_launch_valu
     assert "changed=0" in out and "failed=1" in out
 
 
+def test_the_preflight_refuses_a_bad_gateway_key_before_reading_any_host(one_host):
+    """The fleet's settings come first (playbooks/preflight.yml): the servers' preflight never starts."""
+    hosts = yaml.safe_load((one_host / "hosts.yml").read_text())
+    hosts["all"]["children"]["a800_gateways"] = {"hosts": {"gw-settings": {"ansible_connection": "local"}}}
+    (one_host / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    key = "tooshrt"
+    extra = {"fleet_gateway_keys": [{"id": "team-a", "key": key}], "ansible_python_interpreter": sys.executable}
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml", "-i", str(one_host)]
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    run = subprocess.run(
+        [*argv, "-e", json.dumps(extra)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out
+    assert "The fleet gateway cannot be set up as given; nothing was changed" in out
+    assert "fleet_gateway_keys[0] (id team-a): key is shorter than" in out
+    assert key not in out  # a key is never printed
+    assert "PLAY [Preflight - read-only facts" not in out  # no server was read
+
+
 def test_the_serve_phase_runs_the_same_settings_check_before_it_renders_the_launch():
     main = yaml.safe_load((ROOT / "roles/serve/tasks/main.yml").read_text())
     assert main[0]["ansible.builtin.include_tasks"] == "decide.yml"  # what the serve phase's plan runs too
