@@ -129,20 +129,27 @@ def one_host(tmp_path) -> Path:
     return tmp_path
 
 
-def test_the_preflight_refuses_a_batch_of_0_a_bad_shm_size_and_a_bad_launch_value_before_reading_the_host(one_host):
+def preflight(inventory: Path, extra: dict) -> tuple[int, str]:
+    """playbooks/preflight.yml over `inventory` with `extra` (the local Python for the hosts): rc and output."""
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    extra = {
-        "a800_host_batch": 0,
-        "serve_shm_size": "lots",
-        "model_profile_overrides": {"launch": {"gpu_memory_utilization": 1.5}},  # a launch rule, no host fact
-        "ansible_python_interpreter": sys.executable,
-    }
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml", "-i", str(one_host)]
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml", "-i", str(inventory)]
+    extra = extra | {"ansible_python_interpreter": sys.executable}
     run = subprocess.run(
         [*argv, "-e", json.dumps(extra)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
-    out = run.stdout + run.stderr
-    assert run.returncode == 2, out
+    return run.returncode, run.stdout + run.stderr
+
+
+def test_the_preflight_refuses_a_batch_of_0_a_bad_shm_size_and_a_bad_launch_value_before_reading_the_host(one_host):
+    rc, out = preflight(
+        one_host,
+        {
+            "a800_host_batch": 0,
+            "serve_shm_size": "lots",
+            "model_profile_overrides": {"launch": {"gpu_memory_utilization": 1.5}},  # a launch rule, no host fact
+        },
+    )
+    assert rc == 2, out
     assert "TASK [preflight : Stop on settings that cannot work (nothing was read from the host)]" in out
     assert "a800_host_batch: 0 hosts at a time: Ansible's serial runs every host at once" in out
     assert "serve_shm_size: 'lots' is not a size docker_container reads" in out
@@ -157,14 +164,8 @@ def test_the_preflight_refuses_a_bad_gateway_key_before_reading_any_host(one_hos
     hosts["all"]["children"]["a800_gateways"] = {"hosts": {"gw-settings": {"ansible_connection": "local"}}}
     (one_host / "hosts.yml").write_text(yaml.safe_dump(hosts))
     key = "tooshrt"
-    extra = {"fleet_gateway_keys": [{"id": "team-a", "key": key}], "ansible_python_interpreter": sys.executable}
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml", "-i", str(one_host)]
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    run = subprocess.run(
-        [*argv, "-e", json.dumps(extra)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    out = run.stdout + run.stderr
-    assert run.returncode == 2, out
+    rc, out = preflight(one_host, {"fleet_gateway_keys": [{"id": "team-a", "key": key}]})
+    assert rc == 2, out
     assert "The fleet gateway cannot be set up as given; nothing was changed" in out
     assert "fleet_gateway_keys[0] (id team-a): key is shorter than" in out
     assert key not in out  # a key is never printed
