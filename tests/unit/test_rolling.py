@@ -128,3 +128,34 @@ def test_the_phase_runs_its_quiet_hosts_as_one_batch_then_rolls_the_rest(tmp_pat
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     batches = [re.findall(r"^ok: \[(h\d)\]", part, re.M) for part in run.stdout.split("TASK [batch]")[1:]]
     assert batches == [["h2", "h4"], ["h1"], ["h3"]], run.stdout[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("side_by_side", "says"),
+    [
+        (True, "runs beside other hosts, because the host phase's plan found that its driver would not reboot"),
+        (False, "is reached over a local connection: Ansible will not reboot the machine it runs on"),
+    ],
+)
+def test_a_host_planned_side_by_side_never_reboots(tmp_path: Path, side_by_side, says):
+    """roles/nvidia_driver/tasks/reboot.yml with the reboot permitted: a host the plan put side by side stops before
+    the reboot. (Over a local connection the next guard stops it anyway, so this test never reboots anything.)"""
+    play = [{
+        "name": "reboot guard", "hosts": "localhost", "gather_facts": False,
+        "vars": {"nvidia_driver_reboot_allowed": True, "nvidia_driver_drain_from": [],
+                 "__nvidia_driver_decision": {"version": "580.95.05"},
+                 "gpu_facts": {"driver_loaded": True, "driver_version": "570.86.15"},
+                 "host_plan": {"side_by_side": side_by_side, "detail": "serving; nothing disruptive"}},
+        "tasks": [{"ansible.builtin.include_tasks": str(ROOT / "roles/nvidia_driver/tasks/reboot.yml")}],
+    }]  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    env = os.environ | {"ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), "ANSIBLE_NOCOLOR": "1"}
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local", "play.yml",
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        cwd=tmp_path, capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    out = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode == 2, out[-3000:]
+    assert says in out, out[-3000:]
+    assert "TASK [Reboot to load the pinned driver]" not in run.stdout
