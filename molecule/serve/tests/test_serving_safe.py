@@ -154,7 +154,11 @@ def test_a_driver_pin_change_reboots_the_hosts_one_after_the_other(host):
     order = events(run)
     rebooted = [h for task, h in order if task == "nvidia_driver : Reboot to load the pinned driver"]
     assert rebooted == [H1, H2]
-    h1_served = order.index(("Wait until a host that was serving serves again before the next batch", H1))
+    # the wait's name ends with where it waits, e.g. "(publishes 8001 ...)": found by its start
+    wait = "Wait until a host that was serving"
+    waited = [i for i, (task, h) in enumerate(order) if task.startswith(wait) and h == H1]
+    assert waited, order
+    h1_served = waited[0]
     assert h1_served < order.index(("nvidia_driver : Reboot to load the pinned driver", H2))
     h1_ready_after_reboot = [t for t in ready_times(H1) if t > boot_time(H1)]
     assert h1_ready_after_reboot, "host 1's server did not start again after its reboot"
