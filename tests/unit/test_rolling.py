@@ -120,13 +120,18 @@ def test_the_phase_runs_its_quiet_hosts_as_one_batch_then_rolls_the_rest(tmp_pat
     ]  # fmt: skip
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(yaml.safe_dump(test_playbook, sort_keys=False))
-    env = os.environ | {"ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), "ANSIBLE_NOCOLOR": "1"}
+    env = os.environ | {
+        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+    }
     run = subprocess.run(
         [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "inventory.yml", "play.yml"],
         cwd=tmp_path, capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    batches = [re.findall(r"^ok: \[(h\d)\]", part, re.M) for part in run.stdout.split("TASK [batch]")[1:]]
+    out = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout)  # plain, whatever the caller's colour settings
+    batches = [re.findall(r"^ok: \[(h\d)\]", part, re.M) for part in out.split("TASK [batch]")[1:]]
     assert batches == [["h2", "h4"], ["h1"], ["h3"]], run.stdout[-3000:]
 
 
@@ -149,7 +154,11 @@ def test_a_host_planned_side_by_side_never_reboots(tmp_path: Path, side_by_side,
         "tasks": [{"ansible.builtin.include_tasks": str(ROOT / "roles/nvidia_driver/tasks/reboot.yml")}],
     }]  # fmt: skip
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    env = os.environ | {"ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), "ANSIBLE_NOCOLOR": "1"}
+    env = os.environ | {
+        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+    }
     run = subprocess.run(
         [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local", "play.yml",
          "-e", f"ansible_python_interpreter={sys.executable}"],
