@@ -86,6 +86,19 @@ def test_a_host_runs_side_by_side_only_when_nothing_takes_it_down():
     assert host_plan(None, runtime(), True)["side_by_side"] is False  # not planned: rolls
 
 
+def ansible_playbook(where: Path, play: list, *args: str) -> tuple[int, str]:
+    """`play` written to where/play.yml and run there by ansible-playbook with the collection: rc and the output
+    (stdout, then stderr), plain whatever the caller's colour settings."""
+    (where / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
+    env = os.environ | {"ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), "ANSIBLE_NOCOLOR": "1",
+                        "ANSIBLE_FORCE_COLOR": "0"}  # fmt: skip
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), *args, "play.yml"],
+        cwd=where, capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    return run.returncode, re.sub(r"\x1b\[[0-9;]*m", "", run.stdout + run.stderr)
+
+
 def phase_play(playbook: str, name: str) -> dict:
     plays = yaml.safe_load((ROOT / playbook).read_text())
     return next(play for play in plays if play["name"] == name)
@@ -119,20 +132,10 @@ def test_the_phase_runs_its_quiet_hosts_as_one_batch_then_rolls_the_rest(tmp_pat
          "tasks": [{"name": "batch", "ansible.builtin.debug": {"msg": "in this batch"}}]},
     ]  # fmt: skip
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(test_playbook, sort_keys=False))
-    env = os.environ | {
-        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-    }
-    run = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "inventory.yml", "play.yml"],
-        cwd=tmp_path, capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    out = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout)  # plain, whatever the caller's colour settings
+    rc, out = ansible_playbook(tmp_path, test_playbook, "-i", "inventory.yml")
+    assert rc == 0, out[-5000:]
     batches = [re.findall(r"^ok: \[(h\d)\]", part, re.M) for part in out.split("TASK [batch]")[1:]]
-    assert batches == [["h2", "h4"], ["h1"], ["h3"]], run.stdout[-3000:]
+    assert batches == [["h2", "h4"], ["h1"], ["h3"]], out[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -153,18 +156,9 @@ def test_a_host_planned_side_by_side_never_reboots(tmp_path: Path, side_by_side,
                  "host_plan": {"side_by_side": side_by_side, "detail": "serving; nothing disruptive"}},
         "tasks": [{"ansible.builtin.include_tasks": str(ROOT / "roles/nvidia_driver/tasks/reboot.yml")}],
     }]  # fmt: skip
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    env = os.environ | {
-        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-    }
-    run = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local", "play.yml",
-         "-e", f"ansible_python_interpreter={sys.executable}"],
-        cwd=tmp_path, capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
-    out = " ".join((run.stdout + run.stderr).split())
-    assert run.returncode == 2, out[-3000:]
-    assert says in out, out[-3000:]
-    assert "TASK [Reboot to load the pinned driver]" not in run.stdout
+    rc, out = ansible_playbook(tmp_path, play, "-i", "localhost,", "-c", "local",
+                               "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
+    said = " ".join(out.split())
+    assert rc == 2, said[-3000:]
+    assert says in said, said[-3000:]
+    assert "TASK [Reboot to load the pinned driver]" not in out
