@@ -113,26 +113,29 @@ bundle: venv  ## collect the offline bundle for air-gapped sites into BUNDLE_DIR
 
 # The lanes run side by side, the scenarios of a lane one after the other (tests/testbed/run-scenarios.sh: every
 # scenario in exactly one lane). Two lanes for a developer's run of the scenarios alone (2,795 s here, measured with
-# pipelining); CI runs them with the pytest suites in CI_LANES.
+# pipelining); CI runs them with the pytest suites from one queue (CI_QUEUE).
 MOLECULE_LANES ?= serve,real-engine airgap,default,driver-upgrade,field,preflight-negative
 molecule: venv contract-venv images  ## every Molecule scenario, in lanes side by side (MOLECULE_LANES)
 	tests/testbed/run-scenarios.sh $(MOLECULE_LANES)
 
-# CI: the setup first, then everything else, the lint included, in lanes side by side (tests/testbed/run-scenarios.sh);
-# serve, the longest item, is the critical lane (+): the others run at a lower CPU priority.
-# Measured on the 2-CPU machine: one scenario alone keeps ~0.6 CPU busy on average (it waits on servers, loads and
-# benchmarks); four lanes saturate the two CPUs (each item ~2x its time alone), so the lanes keep the CPUs full and
-# the work decides the time. The lanes are balanced on their measured times on a fresh 2-CPU CI machine (stop 36:
-# setup 374 s, lanes 3,264 s): lint, field and preflight-negative 2,700 s; serve 2,406 s; real-engine and airgap
-# 2,186 s; the pytest suites with default and driver-upgrade 3,264 s, the longest. default and driver-upgrade move
-# beside real-engine and airgap (2,706 s), which leaves the pytest suites 2,744 s: ~520 s off the critical lane.
-# Each phase is timed (.ansible-home/phase-times), each lane item too (molecule-summary).
-CI_LANES ?= make:lint,field,preflight-negative +serve real-engine,airgap,default,driver-upgrade make:unit,make:contract,make:bench-smoke
-test:  ## everything CI runs: setup, then the lint, the suites and every scenario in lanes (CI_LANES), each timed
+# CI: the setup first (its three parts side by side), then everything else, the lint included, from one queue that four
+# workers take from (tests/testbed/run-scenarios.sh --workers): each worker takes the next item when its last one
+# ends. Four workers saturate the two CPUs (one scenario alone keeps ~0.6 CPU busy: it waits on servers, loads and
+# benchmarks). The items are listed longest first, as measured on a fresh 2-CPU machine (stop 38: serve 2,753 s,
+# real-engine 2,390, field 2,128, unit 1,121, contract 551, airgap 460, default 426, preflight-negative 404,
+# driver-upgrade 266, bench-smoke 151, lint 9), so that the long ones start first and the short ones fill the gaps:
+# the workers end together on any machine, where fixed lanes balanced on one machine's times left the longest lane
+# 800 s behind the others on the next (3,542 s against 1,823). serve, the longest item, is critical (+): the others
+# run at a lower CPU priority. Each phase is timed (.ansible-home/phase-times), each item too (molecule-summary).
+CI_WORKERS ?= 4
+CI_QUEUE ?= +serve real-engine field make:unit make:contract airgap default preflight-negative driver-upgrade \
+	make:bench-smoke make:lint
+test:  ## everything CI runs: setup, then the lint, the suites and every scenario from one queue (CI_QUEUE), each timed
 	@mkdir -p .ansible-home && : > .ansible-home/phase-times
 	@for phase in setup lanes; do \
 	  start=$$(date +%s); \
-	  if [ $$phase = lanes ]; then tests/testbed/run-scenarios.sh $(CI_LANES); else $(MAKE) --no-print-directory $$phase; fi \
+	  if [ $$phase = lanes ]; then tests/testbed/run-scenarios.sh --workers $(CI_WORKERS) $(CI_QUEUE); \
+	  else $(MAKE) --no-print-directory -j3 --output-sync=target $$phase; fi \
 	    || { echo "phase $$phase FAILED after $$(( $$(date +%s) - start )) s"; exit 1; }; \
 	  echo "phase $$phase: $$(( $$(date +%s) - start )) s" >> .ansible-home/phase-times; \
 	done; echo "----- phases -----"; cat .ansible-home/phase-times

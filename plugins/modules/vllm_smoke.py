@@ -15,6 +15,8 @@ description:
     C(tool_choice) auto; a streamed reply; the same question through the Anthropic Messages API
     (C(POST /v1/messages), what Claude Code calls); C(/metrics) moving (generation tokens; MTP acceptance when
     speculative decoding is on).
+  - The requests go out at once (one connection each), and are judged in the order above; C(/metrics) is read
+    before them and after the last has answered.
   - Changes nothing; runs in check mode too. The module itself fails only when the server cannot be reached at all.
 options:
   base_url:
@@ -96,6 +98,7 @@ answers:
 import json  # noqa: E402
 import urllib.error  # noqa: E402
 import urllib.request  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -172,23 +175,53 @@ def long_prompt(tokens: int) -> str:
     return " ".join(words[i % len(words)] for i in range(tokens)) + "\nSummarize this text in one sentence."
 
 
-def run(p: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    client = Client(p["base_url"], p["api_key"], p["timeout"])
+def requests_of(p: dict[str, Any]) -> list[tuple[str, str, dict | None]]:
+    """The verification requests, in the order their checks are reported: (name, path, payload)."""
     model = p["model"]
+    prompt = [{"role": "user", "content": p["prompt"]}]
+    out: list[tuple[str, str, dict | None]] = [
+        ("models", "/v1/models", None),
+        ("chat_short_prompt", "/v1/chat/completions",
+         {"model": model, "messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 64}),
+        ("chat_long_prompt", "/v1/chat/completions",
+         {"model": model, "messages": [{"role": "user", "content": long_prompt(p["long_prompt_tokens"])}],
+          "max_tokens": 64}),
+        ("answer_17x24" if p["expect"] else "answer", "/v1/chat/completions",
+         {"model": model, "messages": prompt, "max_tokens": p["max_tokens"], "temperature": p["temperature"]}),
+    ]  # fmt: skip
+    if p["tool_call"]:
+        out.append(("tool_call_auto", "/v1/chat/completions", {
+            "model": model,
+            "messages": [{"role": "user", "content": "What is the weather in Beijing? Use the get_weather tool."}],
+            "tools": [TOOL], "tool_choice": "auto", "max_tokens": 256}))  # fmt: skip
+    out.append(("stream", "/v1/chat/completions", {
+        "model": model, "messages": [{"role": "user", "content": "Count from one to five."}], "max_tokens": 64,
+        "stream": True, "stream_options": {"include_usage": True}}))  # fmt: skip
+    out.append(("messages", "/v1/messages", {"model": model, "max_tokens": p["max_tokens"], "messages": prompt}))
+    return out
+
+
+def run(p: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every request at once (one thread each: the smoke waits on the server, not on the one before), then each
+    judged in order; the metrics are read before the first and after the last."""
+    client = Client(p["base_url"], p["api_key"], p["timeout"])
     checks: list[dict[str, Any]] = []
     answers: dict[str, Any] = {}
     before = client.metrics()
+    asked = requests_of(p)
+    with ThreadPoolExecutor(max_workers=len(asked)) as pool:
+        said = dict(zip([name for name, _, _ in asked],
+                        pool.map(lambda one: client.request(one[1], one[2]), asked), strict=True))  # fmt: skip
 
-    status, text = client.request("/v1/models")
-    body = json.loads(text) if status == 200 else None
-    checks.append(models_check(status or 0, body, model))
+    status, text = said["models"]
+    checks.append(models_check(status or 0, json.loads(text) if status == 200 else None, p["model"]))
 
-    def chat(name: str, payload: dict, what: str, fix: str) -> dict | None:
-        status, answer = client.chat({"model": model, **payload})
+    def chat(name: str, what: str, fix: str) -> dict | None:
+        status, text = said[name]
         if status != 200:
-            checks.append(http_failure(name, status, answer, what, fix))
+            checks.append(http_failure(name, status, error_info(status or 0, text), what, fix))
             return None
-        fields = chat_fields(answer)
+        fields = chat_fields(json.loads(text))
         answers[name] = {
             "content": (fields["content"] or "")[:300],
             "reasoning_chars": len(fields["reasoning"] or ""),
@@ -199,63 +232,32 @@ def run(p: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return fields
 
     short_fix = "set model_profile.launch.attention_config.sparse_mla_force_mqa: true (forward_mha NotImplementedError)"
-    fields = chat(
-        "chat_short_prompt",
-        {"messages": [{"role": "user", "content": "Say hello in five words."}], "max_tokens": 64},
-        "a chat with a short prompt",
-        short_fix,
-    )
+    fields = chat("chat_short_prompt", "a chat with a short prompt", short_fix)
     if fields is not None:
         checks.append(prompt_check("chat_short_prompt", fields, None, SPARSE_PREFILL_LIMIT))
-    fields = chat(
-        "chat_long_prompt",
-        {"messages": [{"role": "user", "content": long_prompt(p["long_prompt_tokens"])}], "max_tokens": 64},
-        "a chat with a long prompt",
-        "read the server log (docker logs) for the error",
-    )
+    fields = chat("chat_long_prompt", "a chat with a long prompt", "read the server log (docker logs) for the error")
     if fields is not None:
         checks.append(prompt_check("chat_long_prompt", fields, SPARSE_PREFILL_LIMIT, None))
-    payload = {"messages": [{"role": "user", "content": p["prompt"]}], "max_tokens": p["max_tokens"]}
-    fields = chat(
-        "answer_17x24" if p["expect"] else "answer",
-        {**payload, "temperature": p["temperature"]},
-        "the arithmetic chat",
-        "read the server log (docker logs) for the error",
-    )
+    name = "answer_17x24" if p["expect"] else "answer"
+    fields = chat(name, "the arithmetic chat", "read the server log (docker logs) for the error")
     if fields is not None:
         checks += arithmetic_checks(fields, p["expect"], p["max_tokens"])
     if p["tool_call"]:
         fields = chat(
             "tool_call_auto",
-            {
-                "messages": [{"role": "user", "content": "What is the weather in Beijing? Use the get_weather tool."}],
-                "tools": [TOOL],
-                "tool_choice": "auto",
-                "max_tokens": 256,
-            },
             "a chat with tools",
             "set model_profile.launch.tool_call_parser and enable_auto_tool_choice (a 400 says which is missing)",
         )
         if fields is not None:
             checks.append(tool_call_check(fields, TOOL["function"]["name"]))
 
-    stream_payload = {
-        "model": model,
-        "messages": [{"role": "user", "content": "Count from one to five."}],
-        "max_tokens": 64,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    status, text = client.request("/v1/chat/completions", stream_payload)
+    status, text = said["stream"]
     if status == 200:
         checks.append(stream_check(parse_sse(text.splitlines())))
     else:
         checks.append(http_failure("stream", status, error_info(status or 0, text), "a streamed chat", "read the log"))
 
-    status, text = client.request(
-        "/v1/messages",
-        {"model": model, "max_tokens": p["max_tokens"], "messages": [{"role": "user", "content": p["prompt"]}]},
-    )
+    status, text = said["messages"]
     try:
         body = json.loads(text) if text else None
     except json.JSONDecodeError:
