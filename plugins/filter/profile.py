@@ -213,6 +213,58 @@ def a800_profile_problems(profile: Mapping[str, Any], role_path: str, extra_flag
     return a800_profile_checks(profile, options, flags, extra_flags)
 
 
+EXTRA_ARGS_FIX = (
+    "correct the flag in serve_extra_args, or add it to a800_launch_extra_flags when the served vLLM release has it "
+    "and the recorded table (roles/a800/files/vllm_serve_flags.yml) does not"
+)
+
+
+def extra_args_checks(
+    extra_args: Iterable[Any], flags: Mapping[str, Mapping[str, Any]], extra_flags: Iterable[str] = ()
+) -> list[dict[str, Any]]:
+    """Every long option of `serve_extra_args` that `vllm serve` does not know, as a failed check record: the
+    recorded table's flags, written with dashes or underscores (vLLM's FlexibleArgumentParser takes both), `--no-X`
+    for a boolean X (argparse's BooleanOptionalAction), a prefix of one of them (argparse's allow_abbrev), and the
+    flags of a800_launch_extra_flags. Values, short options, ambiguous prefixes and what follows `--flag=` are the
+    image's own parser's to judge (roles/serve/files/vllm_argcheck.py). Held to real vLLM's parser by
+    tests/contract/test_cli_mutations.py."""
+    extra = {str(f).removeprefix("--").replace("-", "_") for f in extra_flags}
+    known = {*flags, *extra}
+    spellings = known | {"no_" + key for key, flag in flags.items() if flag.get("kind") == "bool"}
+    records = []
+    for arg in (str(a) for a in extra_args or []):
+        if not arg.startswith("--") or arg == "--":
+            continue
+        name = arg.split("=", 1)[0]
+        key = name[2:].replace("-", "_")
+        # argparse also takes a prefix of an option (allow_abbrev); one that fits several is the parser's to refuse.
+        if any(spelling.startswith(key) for spelling in spellings):
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        hint = f"did you mean --{close[0].replace('_', '-')}?" if close else "no known flag is close"
+        records.append(
+            check(
+                "profile:serve_extra_args",
+                FAIL,
+                "serve_extra_args",
+                name,
+                "a flag of vllm serve",
+                f"serve_extra_args: {name} is not a flag of vllm serve; {hint}",
+                EXTRA_ARGS_FIX,
+            )
+        )
+    return records
+
+
+def extra_args_problems(extra_args: Iterable[Any], role_path: str, extra_flags: Iterable[str] = ()) -> list:
+    """extra_args_checks against the role a800's recorded flag table (load_tables): one Python call."""
+    return extra_args_checks(extra_args, load_tables(role_path)[1], extra_flags)
+
+
 class FilterModule:
     def filters(self) -> dict:
-        return {"a800_profile_checks": a800_profile_checks, "a800_profile_problems": a800_profile_problems}
+        return {
+            "a800_profile_checks": a800_profile_checks,
+            "a800_profile_problems": a800_profile_problems,
+            "extra_args_problems": extra_args_problems,
+        }

@@ -266,3 +266,23 @@ def test_the_recorded_option_table_is_the_real_parsers():
         env={"PATH": "/usr/bin:/bin", "VLLM_TARGET_DEVICE": "cpu", "HOME": os.environ.get("HOME", "/root")},
     )
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_the_preflight_refuses_an_extra_flag_only_where_real_vllm_does():
+    """serve_extra_args is refused in the preflight's first step by the recorded table (plugins/filter/profile.py
+    extra_args_checks), before the image's own parser runs on the host: each mutated argv, taken as extra args, must
+    never be refused there when real vLLM's parser accepts it; an unknown, misspelt or suffixed flag, which real vLLM
+    refuses, is refused there too."""
+    from ansible_collections.a800.vllm.plugins.filter.profile import extra_args_checks
+
+    flags = yaml.safe_load((ROOT / "roles/a800/files/vllm_serve_flags.yml").read_text())["a800_vllm_serve_flags"]
+    cases = mutations(rendered_argv())
+    real = run_driver("real", real_vllm.vllm_python(), real_vllm.vllm_env(), cases)
+    refused = {name: extra_args_checks(argv, flags) for name, argv, _ in cases}
+    wrongly = [(name, refused[name]) for (name, _, _), r in zip(cases, real, strict=True)
+               if refused[name] and r["exit_code"] == 0]  # fmt: skip
+    assert not wrongly, "\n".join(map(repr, wrongly))
+    unknown = [
+        name for name, _, _ in cases if name.endswith((" misspelt", " unknown_suffix")) or name == "unknown_flag"
+    ]
+    assert unknown and all(refused[name] for name in unknown), [n for n in unknown if not refused[n]]

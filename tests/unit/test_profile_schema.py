@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.a800.vllm.plugins.filter.profile import a800_profile_checks, value_fits
+from ansible_collections.a800.vllm.plugins.filter.profile import a800_profile_checks, extra_args_checks, value_fits
 from conftest import ROOT
 
 SCHEMA = yaml.safe_load((ROOT / "roles/a800/meta/argument_specs.yml").read_text())["argument_specs"]["profile"]
@@ -111,6 +111,34 @@ def test_flags_beyond_the_table_are_accepted_when_named():
     profile = changed(launch={"some_new_flag": True})
     assert details(profile) == ["model_profile.launch.some_new_flag: unknown; no known key is close"]
     assert details(profile, ["--some-new-flag"]) == [] and details(profile, ["some_new_flag"]) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--max-log-len", "100"],  # a flag and its value
+        ["--max_log_len=100"],  # underscores and =, as FlexibleArgumentParser takes them
+        ["--no-enable-prefix-caching"],  # the --no- form of a boolean
+        ["--max-num-seq", "64"],  # a prefix of one flag (argparse's allow_abbrev)
+        ["-O", "3", "--", "lots"],  # short options and values are the image parser's
+    ],
+)
+def test_extra_args_vllm_takes_are_not_refused(args):
+    assert extra_args_checks(args, FLAGS) == []
+
+
+def test_an_unknown_extra_flag_is_named_with_the_nearest_one_and_the_escape():
+    [record] = extra_args_checks(["--max-log-len", "100", "--enable-prefix-cachng"], FLAGS)
+    assert (record["name"], record["status"], record["fact"]) == (
+        "profile:serve_extra_args",
+        "fail",
+        "serve_extra_args",
+    )
+    assert record["detail"] == (
+        "serve_extra_args: --enable-prefix-cachng is not a flag of vllm serve; did you mean --enable-prefix-caching?"
+    )
+    assert "a800_launch_extra_flags" in record["fix"]
+    assert extra_args_checks(["--some-new-flag=1"], FLAGS, ["--some-new-flag"]) == []  # named in the escape
 
 
 def test_value_kinds():

@@ -140,13 +140,14 @@ def preflight(inventory: Path, extra: dict) -> tuple[int, str]:
     return run.returncode, run.stdout + run.stderr
 
 
-def test_the_preflight_refuses_a_batch_of_0_a_bad_shm_size_and_a_bad_launch_value_before_reading_the_host(one_host):
+def test_the_preflight_refuses_a_batch_of_0_a_bad_shm_size_a_bad_launch_value_and_an_unknown_flag_first(one_host):
     rc, out = preflight(
         one_host,
         {
             "a800_host_batch": 0,
             "serve_shm_size": "lots",
             "model_profile_overrides": {"launch": {"gpu_memory_utilization": 1.5}},  # a launch rule, no host fact
+            "serve_extra_args": ["--max-log-len", "100", "--max-num-seq", "64", "--enable-prefix-cachng"],
         },
     )
     assert rc == 2, out
@@ -154,6 +155,9 @@ def test_the_preflight_refuses_a_batch_of_0_a_bad_shm_size_and_a_bad_launch_valu
     assert "a800_host_batch: 0 hosts at a time: Ansible's serial runs every host at once" in out
     assert "serve_shm_size: 'lots' is not a size docker_container reads" in out
     assert "value_ranges: model_profile.launch.gpu_memory_utilization = 1.5 is outside (0," in out
+    # the recorded table: the misspelt flag, not the prefix --max-num-seq that argparse takes for --max-num-seqs
+    assert "serve_extra_args: --enable-prefix-cachng is not a flag of vllm serve; did you mean" in out
+    assert "--max-num-seq is not" not in out and "--max-log-len is not" not in out
     assert "TASK [preflight : Read the operating system" not in out  # nothing was read from the host
     assert "changed=0" in out and "failed=1" in out
 
