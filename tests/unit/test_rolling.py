@@ -134,7 +134,8 @@ def test_the_phase_runs_its_quiet_hosts_as_one_batch_then_rolls_the_rest(tmp_pat
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     rc, out = ansible_playbook(tmp_path, test_playbook, "-i", "inventory.yml")
     assert rc == 0, out[-5000:]
-    batches = [re.findall(r"^ok: \[(h\d)\]", part, re.M) for part in out.split("TASK [batch]")[1:]]
+    # The hosts of one batch run side by side: they print in the order they finish, which the load decides.
+    batches = [sorted(re.findall(r"^ok: \[(h\d)\]", part, re.M)) for part in out.split("TASK [batch]")[1:]]
     assert batches == [["h2", "h4"], ["h1"], ["h3"]], out[-3000:]
 
 
