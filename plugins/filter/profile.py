@@ -219,24 +219,76 @@ EXTRA_ARGS_FIX = (
 )
 
 
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")  # what argparse takes for a value, not an option (no such option here)
+_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+EXTRA_VALUE_FIX = "correct the value that follows the flag in serve_extra_args (vllm serve --help lists its values)"
+
+
+def cli_value_fits(kind: str, text: str, choices: Iterable[Any] | None = None) -> bool:
+    """Whether `vllm serve`'s parser can take this command-line word for a flag of this kind: Python's int() and
+    float() as argparse calls them, vLLM's human_readable_int(_or_auto) (vllm/utils/argparse_utils.py), its
+    optional_type ("" and "None" are None), the choices. Generous where the table cannot tell (a choice in another
+    case, "" or "None" for a flag that may not be optional): the image's parser judges those."""
+    if text in ("", "None"):
+        return True
+    if choices is not None:
+        return text.lower() in {str(c).lower() for c in choices}
+    if kind == "int_human":
+        value = text.strip()
+        if value == "-1" or value.lower() == "auto":
+            return True
+        if match := _HUMAN.fullmatch(value):
+            return match[2] in "kmgt" or "." not in match[1]  # vLLM: no decimals with a binary suffix (1.5K)
+    converter = {"int": int, "int_human": int, "float": float}.get(kind)
+    if converter is None:
+        return True  # a string, JSON, "any": the image's parser judges it
+    try:
+        converter(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _extra_value_checks(name: str, value: str, flag: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The value given to one flag of the table, as a failed check record when vLLM's parser cannot take it."""
+    kind, choices = flag.get("kind", "any"), flag.get("choices")
+    if kind == "bool" or flag.get("many") or cli_value_fits(kind, value, choices):
+        return []
+    want = "one of " + ", ".join(map(str, choices)) if choices else KIND_WORDS.get(kind, kind)
+    detail = f"serve_extra_args: {name} {value!r} is not {want}"
+    return [
+        check("profile:serve_extra_args", FAIL, "serve_extra_args", f"{name} {value}", want, detail, EXTRA_VALUE_FIX)
+    ]
+
+
 def extra_args_checks(
     extra_args: Iterable[Any], flags: Mapping[str, Mapping[str, Any]], extra_flags: Iterable[str] = ()
 ) -> list[dict[str, Any]]:
-    """Every long option of `serve_extra_args` that `vllm serve` does not know, as a failed check record: the
-    recorded table's flags, written with dashes or underscores (vLLM's FlexibleArgumentParser takes both), `--no-X`
-    for a boolean X (argparse's BooleanOptionalAction), a prefix of one of them (argparse's allow_abbrev), and the
-    flags of a800_launch_extra_flags. Values, short options, ambiguous prefixes and what follows `--flag=` are the
-    image's own parser's to judge (roles/serve/files/vllm_argcheck.py). Held to real vLLM's parser by
-    tests/contract/test_cli_mutations.py."""
+    """Every long option of `serve_extra_args` that `vllm serve` does not know, and every value its parser cannot
+    take, as a failed check record. Flags: the recorded table's, written with dashes or underscores (vLLM's
+    FlexibleArgumentParser takes both), `--no-X` for a boolean X (argparse's BooleanOptionalAction), a prefix of one
+    of them (argparse's allow_abbrev), and the flags of a800_launch_extra_flags. Values: the one value of a flag the
+    table names in full (`--flag value` or `--flag=value`) that is an integer, a size, a number or one of its choices
+    (cli_value_fits). Short options, ambiguous prefixes, a missing value and the values of other kinds are the image's
+    own parser's to judge (roles/serve/files/vllm_argcheck.py). Held to real vLLM's parser by
+    tests/contract/test_cli_mutations.py: nothing real vLLM takes is refused here."""
     extra = {str(f).removeprefix("--").replace("-", "_") for f in extra_flags}
     known = {*flags, *extra}
     spellings = known | {"no_" + key for key, flag in flags.items() if flag.get("kind") == "bool"}
+    args = [str(a) for a in extra_args or []]
     records = []
-    for arg in (str(a) for a in extra_args or []):
+    for index, arg in enumerate(args):
         if not arg.startswith("--") or arg == "--":
             continue
-        name = arg.split("=", 1)[0]
+        name, equals, inline = arg.partition("=")
         key = name[2:].replace("-", "_")
+        flag = flags.get(key) if key not in extra else None
+        if flag is not None:
+            following = args[index + 1] if index + 1 < len(args) else None
+            value = inline if equals else following
+            if value is not None and (equals or not value.startswith("-") or _NEGATIVE.match(value)):
+                records += _extra_value_checks(name, value, flag)
+            continue
         # argparse also takes a prefix of an option (allow_abbrev); one that fits several is the parser's to refuse.
         if any(spelling.startswith(key) for spelling in spellings):
             continue

@@ -271,8 +271,8 @@ def test_the_recorded_option_table_is_the_real_parsers():
 def test_the_preflight_refuses_an_extra_flag_only_where_real_vllm_does():
     """serve_extra_args is refused in the preflight's first step by the recorded table (plugins/filter/profile.py
     extra_args_checks), before the image's own parser runs on the host: each mutated argv, taken as extra args, must
-    never be refused there when real vLLM's parser accepts it; an unknown, misspelt or suffixed flag, which real vLLM
-    refuses, is refused there too."""
+    never be refused there when real vLLM's parser accepts it; an unknown, misspelt or suffixed flag, a word given to
+    an integer or a number, and a choice that is none, which real vLLM refuses, are refused there too."""
     from ansible_collections.a800.vllm.plugins.filter.profile import extra_args_checks
 
     flags = yaml.safe_load((ROOT / "roles/a800/files/vllm_serve_flags.yml").read_text())["a800_vllm_serve_flags"]
@@ -286,3 +286,7 @@ def test_the_preflight_refuses_an_extra_flag_only_where_real_vllm_does():
         name for name, _, _ in cases if name.endswith((" misspelt", " unknown_suffix")) or name == "unknown_flag"
     ]
     assert unknown and all(refused[name] for name in unknown), [n for n in unknown if not refused[n]]
+    # A word for an integer or a number, and a choice that is not one, are refused there too.
+    typed = [name for (name, _, _), r in zip(cases, real, strict=True)
+             if name.endswith((" int_word", " float_word", " choice_typo")) and r["exit_code"] != 0]  # fmt: skip
+    assert typed and all(refused[name] for name in typed), [n for n in typed if not refused[n]]

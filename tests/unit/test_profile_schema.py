@@ -120,11 +120,38 @@ def test_flags_beyond_the_table_are_accepted_when_named():
         ["--max_log_len=100"],  # underscores and =, as FlexibleArgumentParser takes them
         ["--no-enable-prefix-caching"],  # the --no- form of a boolean
         ["--max-num-seq", "64"],  # a prefix of one flag (argparse's allow_abbrev)
-        ["-O", "3", "--", "lots"],  # short options and values are the image parser's
+        ["-O", "3", "--", "lots"],  # short options and what follows -- are the image parser's
+        ["--max-model-len", "64k"],  # vLLM's human-readable integers
+        ["--max-model-len=25.6k"],
+        ["--max-model-len", "-1"],  # a negative number is a value, not an option
+        ["--max-model-len", " 64 "],  # int() strips the spaces
+        ["--max-model-len"],  # a missing value is the image parser's
+        ["--max-model-len", "--enforce-eager"],
+        ["--max-mod", "lots"],  # so is the value of a prefix
+        ["--gpu-memory-utilization", "9.5e-1"],
+        ["--kv-cache-dtype", "FP8"],  # a choice in another case: the parser's to judge
+        ["--max-num-seqs", "None"],  # optional_type: "" and "None" are None
+        ["--served-model-name", "lots"],  # a string
     ],
 )
 def test_extra_args_vllm_takes_are_not_refused(args):
     assert extra_args_checks(args, FLAGS) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "detail"),
+    [
+        (["--max-model-len", "lots"], "--max-model-len 'lots' is not an integer or a size like 64k"),
+        (["--max_model_len=1.5K"], "--max_model_len '1.5K' is not an integer or a size like 64k"),  # vLLM: no decimals
+        (["--max-num-seqs", "0x8"], "--max-num-seqs '0x8' is not an integer"),
+        (["--gpu-memory-utilization", "95%"], "--gpu-memory-utilization '95%' is not a number"),
+        (["--kv-cache-dtype", "fp9"], "--kv-cache-dtype 'fp9' is not one of auto, bfloat16,"),
+    ],
+)
+def test_an_extra_flag_value_vllm_cannot_parse_is_refused(args, detail):
+    [record] = extra_args_checks(["--max-log-len", "100", *args], FLAGS)
+    assert record["detail"].startswith("serve_extra_args: " + detail), record["detail"]
+    assert "serve_extra_args" in record["fix"]
 
 
 def test_an_unknown_extra_flag_is_named_with_the_nearest_one_and_the_escape():
