@@ -61,12 +61,13 @@ def patched_image(tmp_path_factory, testbed_images) -> str:
     return PATCHED
 
 
-def run_image(image: str, weights, tmp_path, *extra: str) -> subprocess.CompletedProcess:
+def run_image(image: str, weights, tmp_path, *extra: str, keep: bool = False) -> subprocess.CompletedProcess:
+    """The image on the double's weights; `keep`: the container stays after it exits (its log can be read)."""
     hw = tmp_path / "gpus.json"
     hw.write_text(json.dumps({"driver": "580.95.05"}))
     return docker(
         "run",
-        "--rm",
+        *([] if keep else ["--rm"]),
         "-v",
         f"{STANDIN_SMI}:/usr/bin/nvidia-smi:ro",
         "-v",
@@ -75,6 +76,10 @@ def run_image(image: str, weights, tmp_path, *extra: str) -> subprocess.Complete
         f"{weights}:/models/GLM-5.2-NVFP4:ro",
         "-e",
         "VLLM_TEST_DOUBLE_TIME_SCALE=5000",
+        # A load from evicted pages takes longer than vLLM's default 600 s (simulated): a cold load's timeout, as
+        # the serve role sets it (tests/doubles/vllm/harness.py too).
+        "-e",
+        "VLLM_ENGINE_READY_TIMEOUT_S=3600",
         *extra,
         image,
         "/models/GLM-5.2-NVFP4",
@@ -99,17 +104,19 @@ def test_unpatched_image_fails_on_sm80(weights, tmp_path):
 
 def test_patched_image_serves(patched_image, weights, tmp_path):
     name = f"double-{int(time.time() * 1000)}"
-    result = run_image(patched_image, weights, tmp_path, "-d", "--name", name)
+    result = run_image(patched_image, weights, tmp_path, "-d", "--name", name, keep=True)
     assert result.returncode == 0, result.stderr
     try:
-        deadline = time.monotonic() + 60
-        logs = ""
-        while time.monotonic() < deadline and "Application startup complete." not in logs:
+        # Until it is up or has exited (kept, so its log and exit code can be read), at most 600 s.
+        deadline, logs, state = time.monotonic() + 600, "", {"Running": True}
+        while time.monotonic() < deadline and "Application startup complete." not in logs and state["Running"]:
             time.sleep(0.5)
+            state = json.loads(docker("inspect", "-f", "{{json .State}}", name).stdout)
             out = docker("logs", name, check=False)
             logs = out.stdout + out.stderr
-        assert "Using TRITON_MLA_SPARSE attention backend out of potential backends" in logs
-        assert "Application startup complete." in logs
+        said = f"state {state}; log:\n{logs[-3000:]}"
+        assert "Using TRITON_MLA_SPARSE attention backend out of potential backends" in logs, said
+        assert "Application startup complete." in logs, said
     finally:
         docker("rm", "-f", name, check=False)
 
