@@ -72,10 +72,10 @@ lint: venv  ## yamllint, ansible-lint (production profile), ruff
 # ORDER=reverse|shuffle runs the suites in another order (see tests/conftest.py); the tests build what they read.
 ORDER ?= default
 unit: venv contract-venv deps  ## unit tests and the vLLM test double's tests (local processes, its image)
-	pytest -q -m "not contract" --order $(ORDER)
+	pytest -q -m "not contract" --order $(ORDER) --durations=25
 
 contract: venv contract-venv  ## the same client checks against the vLLM test double and a real vLLM (CPU)
-	pytest -q -m contract tests/contract tests/unit --order $(ORDER)
+	pytest -q -m contract tests/contract tests/unit --order $(ORDER) --durations=25
 
 # The everyday loop (scripts/bench-loop): refusing each kind of bad input, a no-op site.yml on the demo host and on a
 # 4-host simulated fleet, each against a one-task floor of the same run; BENCH_LOOP_ARGS=--demo adds `make demo` from

@@ -414,17 +414,20 @@ def _host_checks(ctx: dict) -> list[dict]:
 
 def _argcheck_check(argcheck: dict) -> dict:
     """The image's own `vllm serve` parser over the command line (files/vllm_argcheck.py in the image): run by the
-    serve phase before a restart, and by the preflight when the image is already on the host."""
+    serve phase before a restart, and by the preflight when the image is already on the host. `running`: the
+    preflight found the server running this command line on this image, whose parser took it when it started (the
+    check is not run again: it would start a container that imports vLLM)."""
     ok = argcheck.get("rc") == 0
+    detail = "the image's own `vllm serve` parser accepts the command line"
+    if argcheck.get("running"):
+        detail = "the server runs this command line on this image: the image's parser took it when the server started"
     return check(
         "vllm_argument_parser",
         PASS if ok else FAIL,
         "the image's vllm argument parser",
         "accepted" if ok else (argcheck.get("error") or "rejected"),
         "accepted",
-        "the image's own `vllm serve` parser accepts the command line"
-        if ok
-        else f"the image's vllm parser rejects the command line: {argcheck.get('error')}",
+        detail if ok else f"the image's vllm parser rejects the command line: {argcheck.get('error')}",
         "fix the flag it names in model_profile.launch or serve_extra_args",
     )
 

@@ -233,6 +233,8 @@ def test_host_rules_with_facts():
     )
     assert set(failed(bad)) == {"port_free", "image_self_check", "weights_verified", "vllm_argument_parser"}
     assert "bf16" in bad["vllm_argument_parser"]["detail"]
+    running = checks_of(argcheck={"rc": 0, "running": True})["vllm_argument_parser"]
+    assert running["status"] == "pass" and "the server runs this command line on this image" in running["detail"]
 
 
 def test_skipped_rule_warns_instead_of_failing():
