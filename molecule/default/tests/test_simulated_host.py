@@ -220,10 +220,17 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
     assert changed == ["Read the prewarm job"], unchanged_message(run.stdout, name)
     # The server runs this command line on this image: no phase starts a container to parse it again.
     lines = run.stdout.splitlines()
-    parser = "TASK [serve : Check the command line with the image's own vLLM argument parser]"
-    outcomes = [next(o for o in lines[i + 1:] if o.startswith(("ok:", "skipping:", "changed:", "fatal:")))
-                for i, line in enumerate(lines) if line.startswith(parser)]  # fmt: skip
-    assert outcomes and all(o.startswith("skipping:") for o in outcomes), outcomes
+
+    def outcomes(task: str) -> list[str]:
+        return [next(o for o in lines[i + 1:] if o.startswith(("ok:", "skipping:", "changed:", "fatal:")))
+                for i, line in enumerate(lines) if line.startswith(task)]  # fmt: skip
+
+    argcheck = outcomes("TASK [serve : Check the command line with the image's own vLLM argument parser]")
+    assert argcheck and all(o.startswith("skipping:") for o in argcheck), argcheck
+    # The driver that runs is read once in the host phase, by its plan; no package was installed, so not again.
+    driver_reads = outcomes("TASK [nvidia_driver : Read the running driver]")
+    assert [o.split(":")[0] for o in driver_reads] == ["ok", "skipping"], driver_reads
+    assert "nvidia_driver : Read the running driver after the install" not in run.stdout
     # The GPUs are read and checked once: the host phase does not repeat the preflight when the driver did not change.
     gpu_reads = [line for line in run.stdout.splitlines() if line.startswith("TASK [preflight : Read the GPUs from")]
     assert len(gpu_reads) == 1, gpu_reads
