@@ -35,6 +35,21 @@ def changed_tasks(text: str, host: str) -> list[str]:
     return names
 
 
+def task_outcomes(text: str, host: str, task: str) -> list[str]:
+    """What each run of `task` (a task's or handler's printed name) did on host, in order: ok, changed, skipping,
+    fatal or failed (the first line of a looped task)."""
+    outcomes: list[str] = []
+    current = None
+    line_of_host = re.compile(rf"^(ok|changed|skipping|fatal|failed): \[{re.escape(host)}\]")
+    for line in _lines(text):
+        if match := HEADER.match(line):
+            current = match["name"]
+        elif current == task and (outcome := line_of_host.match(line)):
+            outcomes.append(outcome[1])
+            current = None
+    return outcomes
+
+
 def unchanged_message(text: str, host: str) -> str:
     """The failure message of an idempotence assertion: the recap and the tasks that changed."""
     changed = changed_tasks(text, host)

@@ -10,7 +10,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "testbed"))
 from lane_failures import failures
-from playbook_output import changed_tasks, recap, unchanged_message
+from playbook_output import changed_tasks, recap, task_outcomes, unchanged_message
 
 RESCUED_THEN_FAILED = """\
 PLAY [Host] ********************************************************************
@@ -107,3 +107,13 @@ def test_the_changed_tasks_of_a_run_are_named():
     message = unchanged_message(text, "a800-mol-upgrade")
     assert "changed=1" in message and "Roll back to the driver that ran before" in message
     assert unchanged_message(text, "other") == "recap: (no recap for other); changed tasks: none named"
+
+
+def test_what_each_run_of_a_task_did_is_read():
+    host = "a800-mol-upgrade"
+    assert task_outcomes(RESCUED_THEN_FAILED, host, "nvidia_driver : Install the pinned driver") == ["fatal"]
+    assert task_outcomes(RESCUED_THEN_FAILED, host, "nvidia_driver : Roll back to the driver that ran before") == [
+        "changed"
+    ]
+    assert task_outcomes(RESCUED_THEN_FAILED, "other", "nvidia_driver : Install the pinned driver") == []
+    assert task_outcomes(RESCUED_THEN_FAILED, host, "nvidia_driver : Not a task of this run") == []

@@ -204,7 +204,7 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
     root = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
     sys.path.insert(0, str(root / "tests" / "testbed"))
     from page_cache import EVICT
-    from playbook_output import changed_tasks, recap, unchanged_message
+    from playbook_output import changed_tasks, recap, task_outcomes, unchanged_message
 
     name = host.backend.get_hostname()
     host.check_output(f"python3 -c {shlex.quote(EVICT)} /data/models/GLM-5.2-NVFP4")
@@ -219,17 +219,13 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
     changed = [task.split(" : ", 1)[-1] for task in changed_tasks(run.stdout, name)]
     assert changed == ["Read the prewarm job"], unchanged_message(run.stdout, name)
     # The server runs this command line on this image: no phase starts a container to parse it again.
-    lines = run.stdout.splitlines()
-
-    def outcomes(task: str) -> list[str]:
-        return [next(o for o in lines[i + 1:] if o.startswith(("ok:", "skipping:", "changed:", "fatal:")))
-                for i, line in enumerate(lines) if line.startswith(task)]  # fmt: skip
-
-    argcheck = outcomes("TASK [serve : Check the command line with the image's own vLLM argument parser]")
-    assert argcheck and all(o.startswith("skipping:") for o in argcheck), argcheck
+    argcheck = task_outcomes(
+        run.stdout, name, "serve : Check the command line with the image's own vLLM argument parser"
+    )
+    assert argcheck and all(o == "skipping" for o in argcheck), argcheck
     # The driver that runs is read once in the host phase, by its plan; no package was installed, so not again.
-    driver_reads = outcomes("TASK [nvidia_driver : Read the running driver]")
-    assert [o.split(":")[0] for o in driver_reads] == ["ok", "skipping"], driver_reads
+    driver_reads = task_outcomes(run.stdout, name, "nvidia_driver : Read the running driver")
+    assert driver_reads == ["ok", "skipping"], driver_reads
     assert "nvidia_driver : Read the running driver after the install" not in run.stdout
     # The GPUs are read and checked once: the host phase does not repeat the preflight when the driver did not change.
     gpu_reads = [line for line in run.stdout.splitlines() if line.startswith("TASK [preflight : Read the GPUs from")]
