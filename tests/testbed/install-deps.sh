@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # Install the machine packages the test bed needs (Debian/Ubuntu) and start a Docker engine if none answers.
-# Used by `make demo`, `make test` and .ci/run; re-running it installs nothing new.
+#   tests/testbed/install-deps.sh        everything the tests need (`make test`, .ci/run)
+#   tests/testbed/install-deps.sh demo   only what `make demo` needs: the engine and what builds its images
+# Re-running it installs nothing new.
 set -euo pipefail
+what=${1:-all}
+case $what in all | demo) ;; *) echo "usage: $0 [all|demo]" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-packages=(docker.io debootstrap rsync iptables dpkg-dev fio vmtouch gnupg openssh-client stress-ng)  # gnupg: stand-in repository keys; ssh: an unreachable host in the API tests; stress-ng: make test-under-load
+# The demo's images: the engine (docker.io, iptables), the base image (debootstrap), the stand-in apt repository
+# (dpkg-dev, gnupg: its keys).
+packages=(docker.io debootstrap iptables dpkg-dev gnupg)
+# The tests' too: rsync, fio and vmtouch (the prewarm's references), ssh (an unreachable host in the API tests),
+# stress-ng (make test-under-load).
+[ "$what" = demo ] || packages+=(rsync fio vmtouch openssh-client stress-ng)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -16,6 +25,10 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ "$what" = demo ]; then
+  docker info >/dev/null 2>&1 || $sudo "$here/ensure-dockerd.sh"
+  exit 0
 fi
 # promtool, amtool and mtail for the monitoring tests (tests/unit/test_monitoring.py): the distribution's own binaries,
 # unpacked from their packages into .tools/ without installing or starting the services on this machine.

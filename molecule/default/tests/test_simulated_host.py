@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 PROBE = "a800-testbed/probe:latest"
-THRESHOLD = yaml.safe_load(
-    (Path(os.environ["MOLECULE_PROJECT_DIRECTORY"]) / "inventories/sim/group_vars/all/simulated_host.yml").read_text()
-)["weights_residency_threshold_pct"]
+ROOT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+THRESHOLD = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/simulated_host.yml").read_text())[
+    "weights_residency_threshold_pct"
+]
 DRIVER = "580.95.05-0ubuntu1"
 TOOLKIT = "1.17.8-1"
 DRIVER_PACKAGES = ("libnvidia-compute-580", "nvidia-dkms-580-open", "nvidia-utils-580", "nvidia-compute-utils-580")
@@ -117,10 +118,16 @@ def test_docker_run_gpus_by_device_index(host):
 
 
 def test_sysctls_and_limits_written(host):
+    """Each file holds exactly the role's defaults, in the form its reader parses: sysctl.d(5) `key=value` lines,
+    limits.conf(5) entries of four whitespace-separated fields (a literal `\\t` would make one field and no limit)."""
+    defaults = yaml.safe_load((ROOT / "roles/host_tuning/defaults/main.yml").read_text())
     sysctl = host.file("/etc/sysctl.d/90-gpu-serving.conf").content_string
-    assert "vm.swappiness=1" in sysctl and "kernel.numa_balancing=0" in sysctl
+    assert sysctl.splitlines() == [f"{key}={value}" for key, value in defaults["host_tuning_sysctls"].items()], sysctl
     limits = host.file("/etc/security/limits.d/90-gpu-serving.conf").content_string
-    assert "memlock" in limits and "unlimited" in limits
+    entries = [line.split() for line in limits.splitlines()]
+    wanted = [[e["domain"], e["type"], e["item"], str(e["value"])] for e in defaults["host_tuning_limits"]]
+    assert entries == wanted, limits
+    assert all(line.count("\t") == 3 for line in limits.splitlines()), limits
 
 
 def test_weights_are_in_the_page_cache(host):
@@ -227,6 +234,17 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
     driver_reads = task_outcomes(run.stdout, name, "nvidia_driver : Read the running driver")
     assert driver_reads == ["ok", "skipping"], driver_reads
     assert "nvidia_driver : Read the running driver after the install" not in run.stdout
+    # What a run has read once is not read again in it (nothing a run does changes it): the preflight's host facts
+    # and apt library probe, the plan's dpkg read for the driver decision, the checkpoint index and /dev/shm.
+    once = {
+        "nvidia_driver : Read the installed driver packages and Fabric Manager": ["ok"],
+        "nvidia_driver : Read the host's Secure Boot state and any .run-installed driver": ["skipping"],
+        "weights : Read the host's RAM (as the preflight does; a run whose preflight read it takes that)": ["skipping"],
+        "a800 : Install what the repository module needs": ["skipping", "skipping"],
+        "serve : Read the checkpoint index (its declared size is what the engine loads)": ["ok", "skipping"],
+        "serve : Read the size of the host's /dev/shm": ["ok", "skipping"],
+    }
+    assert {task: task_outcomes(run.stdout, name, task) for task in once} == once
     # The GPUs are read and checked once: the host phase does not repeat the preflight when the driver did not change.
     gpu_reads = [line for line in run.stdout.splitlines() if line.startswith("TASK [preflight : Read the GPUs from")]
     assert len(gpu_reads) == 1, gpu_reads

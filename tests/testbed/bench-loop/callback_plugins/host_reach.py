@@ -24,6 +24,7 @@ description: One HOST_REACH line per play at the end of the run (tests/testbed/b
 CONTROLLER_SIDE = {
     "add_host", "assert", "debug", "fail", "group_by", "include_role", "import_role", "include_tasks",
     "import_tasks", "include_vars", "meta", "set_fact", "set_stats", "validate_argument_spec", "pause",
+    "report_files",  # a800.vllm.report_files writes on the controller (plugins/action/report_files.py)
 }  # fmt: skip
 
 
