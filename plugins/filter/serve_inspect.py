@@ -412,6 +412,59 @@ def serve_launch_differences(
     return out
 
 
+CONFIG_HASH_LABEL = "io.a800-vllm.config-hash"
+
+
+def serve_restart_decision(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The serve phase's restart decision, from one mapping:
+
+    - `current`: what `community.docker.docker_container_info` returned for the server's name ({exists, container});
+    - `spec`: the rendered launch (`__serve_spec`), whose label io.a800-vllm.config-hash is the launch's hash;
+    - `images`: inspections of the serving image and of the running container's image.
+
+    Returns {running, running_hash, by_hand, differences, adopted, needed, why}. A labelled container restarts when
+    its hash differs or it does not run. A container without the label was started by hand (the article's `docker
+    run`): compared with the launch field by field, it is adopted as it is when it runs and nothing differs, and
+    replaced once otherwise (the replacement carries the label). `why` is the sentence the run prints."""
+    current = inputs.get("current") or {}
+    spec = inputs.get("spec") or {}
+    exists = bool(current.get("exists"))
+    container = (current.get("container") or {}) if exists else {}
+    want_hash = str((spec.get("labels") or {}).get(CONFIG_HASH_LABEL) or "")
+    labels = (container.get("Config") or {}).get("Labels") or {}
+    running_hash = str(labels.get(CONFIG_HASH_LABEL) or "")
+    running = exists and bool((container.get("State") or {}).get("Running"))
+    by_hand = exists and not running_hash
+    differences = serve_launch_differences(container, spec, inputs.get("images")) if by_hand else []
+    fields = ", ".join(dict.fromkeys(d.split(":", 1)[0] for d in differences))
+    adopted = by_hand and running and not differences
+    needed = not running or (running_hash != want_hash and not adopted)
+    if not exists:
+        why = "no container yet"
+    elif by_hand and not running:
+        why = f"started by hand ({'no label ' + CONFIG_HASH_LABEL}) and not running" + (
+            f"; it differs from the rendered launch in: {fields}" if fields else ""
+        )
+    elif by_hand:
+        why = (
+            f"started by hand; differs from the rendered launch in: {fields}"
+            f" - replaced once by the rendered launch, which carries the label {CONFIG_HASH_LABEL}"
+        )
+    elif running_hash != want_hash:
+        why = f"the launch changed ({running_hash} -> {want_hash})"
+    else:
+        why = "the container is not running"
+    return {
+        "running": running,
+        "running_hash": running_hash,
+        "by_hand": by_hand,
+        "differences": differences,
+        "adopted": adopted,
+        "needed": needed,
+        "why": why,
+    }
+
+
 def serve_other_containers(
     containers: Iterable[Mapping[str, Any]] | None, own_name: str, port: Any
 ) -> list[dict[str, Any]]:
@@ -468,6 +521,7 @@ class FilterModule:
     def filters(self) -> dict:
         return {
             "serve_launch_differences": serve_launch_differences,
+            "serve_restart_decision": serve_restart_decision,
             "serve_other_containers": serve_other_containers,
             "serve_image_facts": serve_image_facts,
             "serve_published_health": serve_published_health,

@@ -20,6 +20,7 @@ from ansible_collections.a800.vllm.plugins.filter.serve_inspect import (
     gpu_selection,
     serve_launch_differences,
     serve_other_containers,
+    serve_restart_decision,
 )
 from ansible_collections.a800.vllm.plugins.filter.vllm_launch_rules import vllm_launch_checks
 from conftest import ROOT
@@ -46,6 +47,10 @@ def changed(container: dict, **paths) -> dict:
 
 def running(container: dict, name: str) -> dict:
     return changed(container, Name="/" + name, State__Running=True, State__Status="running")
+
+
+def stopped(container: dict) -> dict:
+    return changed(container, Name="/glm52-nvfp4", State__Running=False, State__Status="exited")
 
 
 def diff(container: dict, spec: dict | None = None) -> list[str]:
@@ -277,66 +282,68 @@ def test_another_container_on_the_port_fails_port_free_naming_it():
     assert free["port_free"]["status"] == "pass"
 
 
-# --- the serve role's decision (the task of roles/serve/tasks/facts.yml, run by ansible-playbook) ----------------
-
-DECIDE = next(
-    t
-    for t in yaml.safe_load((ROOT / "roles/serve/tasks/facts.yml").read_text())
-    if t["name"] == "Decide whether the launch changed"
-)
+# --- the serve role's decision (a800.vllm.serve_restart_decision, roles/serve/tasks/facts.yml) ----------------------
 
 
-def decide(tmp_path: Path, cases: dict[str, dict]) -> dict[str, dict]:
-    """Runs the role's own decision task on one local host per case (the container as docker_container_info
-    returns it) and returns what it set."""
-    hosts = {}
-    for name, container in cases.items():
-        current = {"exists": container is not None, "container": container or {}}
-        hosts[name] = {
+def decide(cases: dict[str, dict | None]) -> dict[str, dict]:
+    """The role's decision for each case: the container as docker_container_info returns it (None: no container)."""
+    return {
+        name: serve_restart_decision(
+            {"current": {"exists": container is not None, "container": container or {}}, "spec": SPEC, "images": IMAGES}
+        )
+        for name, container in cases.items()
+    }
+
+
+def test_the_role_task_sets_what_the_filter_decides(tmp_path):
+    """The role's own task (found by what it sets), run by ansible-playbook on one local host per case, sets the
+    filter's decision as it is."""
+    task = next(
+        t
+        for t in yaml.safe_load((ROOT / "roles/serve/tasks/facts.yml").read_text())
+        if "__serve_decision" in (t.get("ansible.builtin.set_fact") or {})
+    )
+    cases = {"article": running(ARTICLE, "glm52-nvfp4"), "exited": stopped(SAME), "none": None}
+    hosts = {
+        name: {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
-            "__serve_current": current,
+            "__serve_current": {"exists": container is not None, "container": container or {}},
             "__serve_images": {"images": IMAGES},
             "__serve_spec": SPEC,
-            "__serve_config_hash": SPEC["labels"]["io.a800-vllm.config-hash"],
             "serve_image": SPEC["image"],
         }
+        for name, container in cases.items()
+    }
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     out = tmp_path / "out"
-    play = {
-        "name": "The decision of roles/serve/tasks/facts.yml",
-        "hosts": "all",
-        "gather_facts": False,
-        "tasks": [
-            DECIDE,
-            {
-                "name": "Write what it decided",
-                "delegate_to": "localhost",
-                "ansible.builtin.copy": {
-                    "dest": f"{out}/{{{{ inventory_hostname }}}}.json",
-                    "content": "{{ {'needed': __serve_needed, 'adopted': __serve_adopted, 'by_hand': __serve_by_hand,"
-                    " 'why': __serve_why, 'differences': __serve_differences} | to_json }}",
-                    "mode": "0644",
-                },
-            },
-        ],
-    }
     out.mkdir()
+    write = {
+        "name": "Write what it decided",
+        "delegate_to": "localhost",
+        "ansible.builtin.copy": {
+            "dest": f"{out}/{{{{ inventory_hostname }}}}.json",
+            "content": "{{ __serve_decision | to_json }}",
+            "mode": "0644",
+        },
+    }
+    play = {"name": "The decision task", "hosts": "all", "gather_facts": False, "tasks": [task, write]}
     (tmp_path / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_HOME=str(ROOT / ".ansible-home"))
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml")]
     run = subprocess.run(
-        [*argv, str(tmp_path / "play.yml")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [*argv, str(tmp_path / "play.yml")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return {name: json.loads((out / f"{name}.json").read_text()) for name in cases}
+    got = {name: json.loads((out / f"{name}.json").read_text()) for name in cases}
+    assert got == decide(cases)
+    assert got["exited"]["why"] == "started by hand (no label io.a800-vllm.config-hash) and not running"
 
 
-def test_the_role_replaces_a_different_server_once_and_adopts_the_same_one(tmp_path):
+def test_the_role_replaces_a_different_server_once_and_adopts_the_same_one():
     labelled = running(SAME, "glm52-nvfp4")
     labelled["Config"]["Labels"] = {**(labelled["Config"]["Labels"] or {}), **SPEC["labels"]}
     got = decide(
-        tmp_path,
         {
             "article": running(ARTICLE, "glm52-nvfp4"),
             "same": running(SAME, "glm52-nvfp4"),
@@ -357,3 +364,33 @@ def test_the_role_replaces_a_different_server_once_and_adopts_the_same_one(tmp_p
     assert not got["labelled"]["needed"] and not got["labelled"]["by_hand"] and not got["labelled"]["adopted"]
     assert got["exited"]["needed"] and "not running" in got["exited"]["why"]
     assert got["none"]["needed"] and got["none"]["why"] == "no container yet"
+
+
+def test_a_labelled_server_restarts_when_its_hash_differs_or_it_stopped():
+    def labelled(config_hash: str, *, runs: bool = True) -> dict:
+        container = running(SAME, "glm52-nvfp4") if runs else stopped(SAME)
+        container["Config"]["Labels"] = {
+            **(container["Config"]["Labels"] or {}),
+            "io.a800-vllm.config-hash": config_hash,
+        }
+        return container
+
+    want = SPEC["labels"]["io.a800-vllm.config-hash"]
+    got = decide({"older": labelled("0123456789abcdef"), "stopped": labelled(want, runs=False)})
+    older = got["older"]
+    assert (
+        older["needed"] and not older["by_hand"] and older["differences"] == []
+    )  # compared by hash, not field by field
+    assert older["why"] == f"the launch changed (0123456789abcdef -> {want})"
+    assert older["running"] and older["running_hash"] == "0123456789abcdef"
+    halted = got["stopped"]
+    assert halted["needed"] and not halted["running"] and halted["why"] == "the container is not running"
+
+
+def test_a_by_hand_server_that_stopped_is_replaced_naming_what_differs():
+    got = decide({"article": changed(ARTICLE, Name="/glm52-nvfp4")})["article"]
+    assert got["needed"] and got["by_hand"] and not got["adopted"] and not got["running"]
+    assert got["why"].startswith(
+        "started by hand (no label io.a800-vllm.config-hash) and not running; it differs from the rendered launch in: "
+        "entrypoint, arguments"
+    )
