@@ -118,7 +118,7 @@ def test_the_rule_count_is_read_from_the_rules_wherever_it_is_checked():
     assert jinja(default, role_path=str(ROOT / "roles" / "verify")) == str(count)
     check = (ROLE / "tasks" / "check.yml").read_text()
     assert "__monitoring_rule_groups | map(attribute='rules') | flatten | map(attribute='alert')" in check
-    for path in ("docs/monitoring.md", "README.md"):
+    for path in ("docs/monitoring.md", "docs/phases.md"):
         stated = re.findall(r"\b(\d+)(?:\*\*)? (?:\*\*)?(?:alert )?rules\b", (ROOT / path).read_text())
         assert stated and {int(n) for n in stated} == {count}, (path, stated)
     serve = (ROOT / "molecule/serve/tests/test_monitoring.py").read_text()
