@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 # The plugins are the collection a800.vllm (galaxy.yml; collections/ links to the repository): tests import them as
@@ -79,6 +80,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 FIXTURES = ROOT / "tests" / "fixtures"
+# The vocabulary (roles/a800, listed first in every play): what a role's defaults point at, for the tests that run
+# or render a role's files without a play of the project.
+VOCABULARY_FILE = ROOT / "roles" / "a800" / "defaults" / "main" / "vocabulary.yml"
+VOCABULARY = yaml.safe_load(VOCABULARY_FILE.read_text())
 NVIDIA_SMI_FIXTURES = FIXTURES / "nvidia-smi"
 REAL_H200 = NVIDIA_SMI_FIXTURES / "h200-x2"  # captured on a real 2x H200 machine
 SYNTHETIC = NVIDIA_SMI_FIXTURES / "synthetic"  # hand-made, see synthetic/README.md

@@ -158,11 +158,12 @@ def fleet_keys(keys: list[dict], defaults: dict | None = None) -> list[dict]:
     ]
 
 
-def fleet_workers(hosts: list[str], hostvars: dict, port_default: int = 8001) -> list[dict]:
+def fleet_workers(hosts: list[str], hostvars: dict, port_default: int) -> list[dict]:
     """The router's workers, one per serving host: {host, address, port, url}.
 
     The address is the host's fleet_worker_address, else its ansible_host, else its inventory name: what the
-    gateway host uses to reach it (the router and nginx resolve it there)."""
+    gateway host uses to reach it (the router and nginx resolve it there). The port is the host's serve_port, else
+    `port_default` (the play's serve_port, else the vocabulary's a800_serve_port: roles/a800)."""
     workers = []
     for host in hosts:
         hv = hostvars.get(host, {})
@@ -172,8 +173,11 @@ def fleet_workers(hosts: list[str], hostvars: dict, port_default: int = 8001) ->
     return workers
 
 
-def fleet_worker_errors(workers: list[dict], hostvars: dict, gateway_hosts: list[str]) -> list[str]:
-    """Serving hosts the gateway host could not reach, or two hosts that would be one worker."""
+def fleet_worker_errors(
+    workers: list[dict], hostvars: dict, gateway_hosts: list[str], publish_default: str
+) -> list[str]:
+    """Serving hosts the gateway host could not reach, or two hosts that would be one worker. A host's published
+    address is its serve_publish_address, else `publish_default` (the vocabulary's a800_serve_publish_address)."""
     errors: list[str] = []
     if not workers:
         return [
@@ -192,7 +196,7 @@ def fleet_worker_errors(workers: list[dict], hostvars: dict, gateway_hosts: list
                 f"set fleet_worker_address (or ansible_host) on {host} to its own address"
             )
         seen.setdefault(url, host)
-        publish = str(hostvars.get(host, {}).get("serve_publish_address", "127.0.0.1"))
+        publish = str(hostvars.get(host, {}).get("serve_publish_address") or publish_default)
         remote_gateway = any(g != host for g in gateway_hosts)
         if publish.startswith("127.") and remote_gateway:
             errors.append(

@@ -8,6 +8,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, check
 
+YES = ("true", "1", "yes")
+
 
 def _address(host: str, hostvars: dict, self_host: str) -> str:
     """How the monitoring host reaches a host: itself on loopback, another by its monitoring_address, else its
@@ -38,7 +40,8 @@ def monitoring_scrape_jobs(groups: dict, hostvars: dict, self_host: str, setting
     """The scrape jobs, each {job_name, targets: [{host, address}]}: vllm (every serving host's /metrics), vllm_health
     (its /health, probed through the blackbox exporter: `probe` set, the address a URL), node (node
     exporter on every serving, gateway and monitoring host), dcgm (the serving hosts with monitoring_dcgm_enabled),
-    router and gateway (vllm-router's and mtail's metrics on every gateway host)."""
+    router and gateway (vllm-router's and mtail's metrics on every gateway host). A host that does not set a port or
+    monitoring_dcgm_enabled gets `settings`' (the monitoring host's values, which default to the vocabulary's)."""
     servers = list(groups.get(settings["serving_group"], []))
     gateways = list(groups.get(settings["gateway_group"], []))
     monitors = list(groups.get(settings["monitoring_group"], []))
@@ -64,7 +67,7 @@ def monitoring_scrape_jobs(groups: dict, hostvars: dict, self_host: str, setting
         {
             "job_name": "dcgm",
             "targets": targets(
-                [h for h in servers if str(var(h, "monitoring_dcgm_enabled", True)).lower() in ("true", "1", "yes")],
+                [h for h in servers if str(var(h, "monitoring_dcgm_enabled", settings["dcgm_enabled"])).lower() in YES],
                 lambda h: settings["dcgm_port"],
             ),
         },
@@ -80,11 +83,14 @@ def monitoring_scrape_jobs(groups: dict, hostvars: dict, self_host: str, setting
     return [job for job in jobs if job["targets"]]
 
 
-def monitoring_target_errors(groups: dict, hostvars: dict, self_host: str, serving_group: str) -> list[str]:
-    """Serving hosts whose /metrics the monitoring host could not reach: published on loopback to another host."""
+def monitoring_target_errors(
+    groups: dict, hostvars: dict, self_host: str, serving_group: str, publish_default: str
+) -> list[str]:
+    """Serving hosts whose /metrics the monitoring host could not reach: published on loopback to another host. A
+    host's published address is its serve_publish_address, else `publish_default` (a800_serve_publish_address)."""
     errors = []
     for host in groups.get(serving_group, []):
-        publish = str(hostvars.get(host, {}).get("serve_publish_address", "127.0.0.1"))
+        publish = str(hostvars.get(host, {}).get("serve_publish_address") or publish_default)
         if host != self_host and publish.startswith("127."):
             errors.append(
                 f"{host}: serve_publish_address is {publish} (loopback), so Prometheus on {self_host} cannot scrape "

@@ -1,5 +1,6 @@
 """Reading a vLLM container's log: load progress, the model profile's log markers, and a diagnosis of failures
-against an error catalogue that is data (roles/serve/defaults/main/catalogue.yml, `serve_error_catalogue`).
+against an error catalogue that is data (roles/a800/defaults/main/catalogue.yml: `a800_error_catalogue`, which the
+serve role's `serve_error_catalogue` points at).
 
 Pure functions over lists of log lines (no I/O, no Ansible import): the vllm_readiness module uses them on the
 serving host, the unit tests on the control node. The startup lines recognised here are those of vLLM 0.26 … 0.32

@@ -19,7 +19,7 @@ from real_vllm import vllm_env, vllm_python
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "roles" / "image" / "files" / "sm80_self_check.py"
-CATALOGUE = yaml.safe_load((ROOT / "roles/serve/defaults/main/catalogue.yml").read_text())["serve_error_catalogue"]
+CATALOGUE = yaml.safe_load((ROOT / "roles/a800/defaults/main/catalogue.yml").read_text())["a800_error_catalogue"]
 
 pytestmark = pytest.mark.contract
 

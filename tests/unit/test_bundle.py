@@ -25,7 +25,7 @@ from ansible_collections.a800.vllm.plugins.filter.bundle import (
     bundle_platform,
     bundle_verify_failures,
 )
-from conftest import ROOT
+from conftest import ROOT, VOCABULARY_FILE
 
 PLATFORM_DIR = ROOT / "roles" / "a800" / "vars" / "platform"
 PROD = ROOT / "inventories" / "prod" / "group_vars" / "all"
@@ -368,7 +368,7 @@ def bundle_dcgm_image(tmp_path: Path, name: str, inventory: dict, *extra: str) -
     (tmp_path / f"{name}.yml").write_text(yaml.safe_dump(inventory))
     out = tmp_path / f"{name}.out"
     play = {"hosts": "localhost", "connection": "local", "gather_facts": False,
-            "vars_files": [str(ROOT / "roles" / "bundle" / "defaults" / "main.yml")],
+            "vars_files": [str(VOCABULARY_FILE), str(ROOT / "roles" / "bundle" / "defaults" / "main.yml")],
             "vars": {"a800_bom": {"dcgm_exporter": {"image": BOM["dcgm_exporter"]["image"]}}},
             "tasks": [{"ansible.builtin.copy": {"content": "{{ bundle_dcgm_exporter_image }}", "dest": str(out),
                                                 "mode": "0644"}}]}  # fmt: skip

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import jinja2
 import pytest
+import yaml
 from ansible_collections.a800.vllm.plugins.filter.fleet import (
     KEY_MAX_LEN,
     fleet_key_errors,
@@ -29,7 +30,7 @@ from ansible_collections.a800.vllm.plugins.filter.fleet import (
     vllm_requests_in_flight,
 )
 from ansible_collections.a800.vllm.plugins.module_utils.bench_fleet import compare, markdown, spread
-from conftest import ROOT
+from conftest import ROOT, VOCABULARY
 
 KEY_A = "sk-team-a-0123456789abcdef"
 KEY_B = "sk-team-b-0123456789abcdef"
@@ -108,31 +109,35 @@ HOSTVARS = {
     "gpu-1": {"ansible_host": "10.0.0.11", "serve_port": 8001, "serve_publish_address": "0.0.0.0"},
     "gpu-2": {"ansible_host": "10.0.0.12", "serve_port": 8001, "serve_publish_address": "0.0.0.0"},
 }
+# What a host that sets neither falls back to: the vocabulary's (roles/a800), as the fleet role passes it.
+PORT, PUBLISH = VOCABULARY["a800_serve_port"], VOCABULARY["a800_serve_publish_address"]
 
 
 def test_workers_come_from_the_serving_hosts():
-    workers = fleet_workers(["gpu-1", "gpu-2", "gpu-3"], {**HOSTVARS, "gpu-3": {"fleet_worker_address": "gpu-3.lan"}})
+    workers = fleet_workers(
+        ["gpu-1", "gpu-2", "gpu-3"], {**HOSTVARS, "gpu-3": {"fleet_worker_address": "gpu-3.lan"}}, PORT
+    )
     assert [w["url"] for w in workers] == ["http://10.0.0.11:8001", "http://10.0.0.12:8001", "http://gpu-3.lan:8001"]
-    assert fleet_worker_errors(workers[:2], HOSTVARS, ["gw-1"]) == []
+    assert fleet_worker_errors(workers[:2], HOSTVARS, ["gw-1"], PUBLISH) == []
 
 
 def test_two_hosts_on_one_address_and_a_loopback_publish_are_refused():
     hostvars = {**HOSTVARS, "gpu-2": {**HOSTVARS["gpu-2"], "ansible_host": "10.0.0.11"}}
-    errors = fleet_worker_errors(fleet_workers(["gpu-1", "gpu-2"], hostvars), hostvars, ["gw-1"])
+    errors = fleet_worker_errors(fleet_workers(["gpu-1", "gpu-2"], hostvars, PORT), hostvars, ["gw-1"], PUBLISH)
     assert errors == [
         "gpu-2 and gpu-1 are the same worker http://10.0.0.11:8001: the router would send both hosts' share to one; "
         "set fleet_worker_address (or ansible_host) on gpu-2 to its own address"
     ]
     hostvars = {**HOSTVARS, "gpu-1": {"ansible_host": "10.0.0.11"}}  # serve_publish_address: the role's 127.0.0.1
-    (error,) = fleet_worker_errors(fleet_workers(["gpu-1", "gpu-2"], hostvars), hostvars, ["gw-1"])
+    (error,) = fleet_worker_errors(fleet_workers(["gpu-1", "gpu-2"], hostvars, PORT), hostvars, ["gw-1"], PUBLISH)
     assert error.startswith("gpu-1: serve_publish_address is 127.0.0.1 (loopback), so the router on gw-1 cannot reach")
     # a gateway on the serving host itself reaches its loopback
-    assert fleet_worker_errors(fleet_workers(["gpu-1"], hostvars), hostvars, ["gpu-1"]) == []
-    assert "the router would have no worker" in fleet_worker_errors([], {}, ["gw-1"])[0]
+    assert fleet_worker_errors(fleet_workers(["gpu-1"], hostvars, PORT), hostvars, ["gpu-1"], PUBLISH) == []
+    assert "the router would have no worker" in fleet_worker_errors([], {}, ["gw-1"], PUBLISH)[0]
 
 
 def test_missing_workers_are_the_ones_the_router_does_not_list():
-    workers = fleet_workers(["gpu-1", "gpu-2"], HOSTVARS)
+    workers = fleet_workers(["gpu-1", "gpu-2"], HOSTVARS, PORT)
     listed = {"urls": ["http://10.0.0.12:8001"]}
     assert [w["host"] for w in fleet_missing_workers(workers, listed)] == ["gpu-1"]
     assert len(fleet_missing_workers(workers, None)) == 2
@@ -218,7 +223,7 @@ def gateway_files(tmp_path: Path, keys: list[dict], **overrides) -> Path:
     """The gateway's two nginx files as the role writes them, inside a main configuration like the role's validate
     (events{}, http{ include }) whose paths all lie in tmp_path, so that nginx -t and nginx run unprivileged."""
     workers = tmp_path / "a800-fleet-workers.conf"
-    workers.write_text(render("workers.conf.j2", __fleet_workers=fleet_workers(["gpu-1", "gpu-2"], HOSTVARS)))
+    workers.write_text(render("workers.conf.j2", __fleet_workers=fleet_workers(["gpu-1", "gpu-2"], HOSTVARS, PORT)))
     gateway = tmp_path / "a800-fleet.conf"
     gateway.write_text(
         render(
@@ -337,7 +342,7 @@ def test_the_running_gateway_matches_keys_as_nginx_documents(tmp_path):
 
 
 def test_a_drained_host_is_down_in_the_direct_upstream():
-    workers = fleet_workers(["gpu-1", "gpu-2"], HOSTVARS)
+    workers = fleet_workers(["gpu-1", "gpu-2"], HOSTVARS, PORT)
     conf = render("workers.conf.j2", __fleet_workers=workers, __fleet_out=["gpu-2"])
     assert "server 10.0.0.11:8001 max_fails=2 fail_timeout=10s;  # gpu-1" in conf
     assert "server 10.0.0.12:8001 max_fails=2 fail_timeout=10s down;  # gpu-2" in conf
@@ -374,7 +379,6 @@ def test_the_gateway_and_the_router_give_a_request_the_same_time():
     """nginx's proxy_read_timeout and vllm-router's --request-timeout-secs come from one variable, the role's default
     (1800 s, the router's own default): nginx under the router gave a long non-streamed answer a 504 while the
     router and the engine went on computing it."""
-    import yaml
 
     defaults = yaml.safe_load((ROOT / "roles/fleet/defaults/main.yml").read_text())
     timeout = defaults["fleet_gateway_read_timeout_s"]
@@ -396,7 +400,6 @@ def test_the_gateway_and_the_router_give_a_request_the_same_time():
 def test_the_gateways_metrics_come_after_it_serves_and_never_stop_it():
     """mtail and the keys' limits are set up after nginx and the router started and their handlers ran, in a block
     whose rescue names the failure: a monitoring failure leaves a serving gateway."""
-    import yaml
 
     tasks = yaml.safe_load((ROOT / "roles/fleet/tasks/main.yml").read_text())
     names = [t["name"] for t in tasks]

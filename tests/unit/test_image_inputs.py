@@ -12,7 +12,7 @@ from ansible_collections.a800.vllm.plugins.filter import image_inputs as ii
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "tests" / "doubles" / "vllm" / "patches"
-CATALOGUE = yaml.safe_load((ROOT / "roles/serve/defaults/main/catalogue.yml").read_text())["serve_error_catalogue"]
+CATALOGUE = yaml.safe_load((ROOT / "roles/a800/defaults/main/catalogue.yml").read_text())["a800_error_catalogue"]
 DIFF = "--- a/vllm/a.py\n+++ b/vllm/a.py\n@@ -1,2 +1,2 @@\n x = 1\n-y = 2\n+y = 3\n"
 DIGEST = "sha256:" + "c" * 64
 

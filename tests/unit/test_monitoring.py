@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
+from conftest import VOCABULARY
 
 from plugins.filter.monitoring import (
     FilterModule,
@@ -110,12 +111,14 @@ def test_every_rule_has_a_case_that_fires_and_one_that_stays_quiet():
 
 
 def test_the_rule_count_is_read_from_the_rules_wherever_it_is_checked():
-    """roles/verify's expected count is its default evaluated (it reads roles/monitoring/vars/main.yml), the
-    monitoring role's own check compares the names it loaded with the same list, the serve scenario reads the list;
-    the docs state the same number."""
+    """roles/verify's expected count is its default evaluated (the number of the vocabulary's alert names, which are the
+    rules' own names in order), the monitoring role's own check compares the names it loaded with the same list, the
+    serve scenario reads the list; the docs state the same number."""
     count = len(rule_data())
+    vocabulary = VOCABULARY["a800_alert_names"]
+    assert vocabulary == [rule["alert"] for rule in rule_data()]
     default = yaml.safe_load((ROOT / "roles/verify/defaults/main.yml").read_text())["verify_monitoring_rules"]
-    assert jinja(default, role_path=str(ROOT / "roles" / "verify")) == str(count)
+    assert jinja(default, a800_alert_names=vocabulary) == str(count)
     check = (ROLE / "tasks" / "check.yml").read_text()
     assert "__monitoring_rule_groups | map(attribute='rules') | flatten | map(attribute='alert')" in check
     for path in ("docs/monitoring.md", "docs/phases.md"):
@@ -160,7 +163,8 @@ def test_the_thresholds_come_from_the_profile_and_the_weights_role(rendered):
     assert f"[5m]))) > {profile['baselines']['ttft_s']['range'][1]} and " in ttft
     assert ttft.endswith('(increase(vllm:time_to_first_token_seconds_bucket{le="+Inf"}[5m])) >= 20')
     weights = yaml.safe_load((ROOT / "roles/weights/defaults/main.yml").read_text())
-    assert rules["A800WeightsPageCacheLow"]["expr"].endswith(f"< {weights['weights_residency_threshold_pct'] / 100}")
+    assert weights["weights_residency_threshold_pct"] == "{{ a800_residency_threshold_pct }}"
+    assert rules["A800WeightsPageCacheLow"]["expr"].endswith(f"< {VOCABULARY['a800_residency_threshold_pct'] / 100}")
     assert "vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc" in rules["A800VllmKvCacheHigh"]["expr"]
 
 
@@ -242,7 +246,9 @@ def test_verify_status_and_the_role_ask_prometheus_at_its_listen_address(mon_var
     verify_main = yaml.safe_load((ROOT / "roles/verify/tasks/main.yml").read_text())
     include = next(t for t in verify_main if t.get("ansible.builtin.include_tasks") == "monitoring.yml")
     hostvars = {"gw": dict(mon_vars, ansible_host="192.0.2.9")}
-    verify_url = jinja(include["vars"]["__verify_prometheus_url"], hostvars=hostvars, __verify_monitor="gw")
+    verify_url = jinja(
+        include["vars"]["__verify_prometheus_url"], hostvars=hostvars, __verify_monitor="gw", **VOCABULARY
+    )
     assert verify_url == base
     verify_tasks = yaml.safe_load((ROOT / "roles/verify/tasks/monitoring.yml").read_text())
     urls = [jinja(u, __verify_prometheus_url=verify_url, inventory_hostname="gpu-1", item="rules")
@@ -250,16 +256,19 @@ def test_verify_status_and_the_role_ask_prometheus_at_its_listen_address(mon_var
     assert len(urls) == 2 and all(u.startswith(base + "/api/v1/") for u in urls), urls
     kept = next(t for t in verify_tasks if "ansible.builtin.set_fact" in t)
     report = jinja(kept["ansible.builtin.set_fact"]["verify_monitoring"]["prometheus_url"],
-                   __mon_vars=hostvars["gw"], __verify_monitor="gw")  # fmt: skip
+                   __mon_vars=hostvars["gw"], __verify_monitor="gw", **VOCABULARY)  # fmt: skip
     assert report == ("http://192.0.2.9:9090" if not mon_vars else base)
 
     status = yaml.safe_load((ROOT / "a800vllm/playbooks/status.yml").read_text())
     [alerts] = uri_urls(next(p for p in status if p["hosts"] == "a800_monitoring")["tasks"])
-    assert jinja(alerts, **mon_vars) == base + "/api/v1/alerts"
+    assert jinja(alerts, **VOCABULARY | mon_vars) == base + "/api/v1/alerts"
 
     role_url = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__monitoring_prometheus_url"]
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    listen = {k: defaults[k] for k in ("monitoring_prometheus_address", "monitoring_prometheus_port")} | mon_vars
+    listen = {
+        k: jinja(defaults[k], **VOCABULARY) for k in ("monitoring_prometheus_address", "monitoring_prometheus_port")
+    }
+    listen |= mon_vars
     role_base = jinja(role_url, **listen)
     assert role_base == base
     checks = [jinja(u, __monitoring_prometheus_url=role_base, item="rules")
@@ -437,6 +446,7 @@ SETTINGS = {
     "dcgm_port": 9400,
     "router_port": 29000,
     "gateway_port": 3903,
+    "dcgm_enabled": True,
 }
 
 
@@ -467,9 +477,9 @@ def test_the_scrape_jobs_follow_the_inventory():
 def test_a_serving_host_published_on_loopback_to_another_monitoring_host_is_named():
     groups = {"a800_servers": ["gpu-1", "gpu-2"]}
     hostvars = {"gpu-1": {"serve_publish_address": "0.0.0.0"}, "gpu-2": {}}
-    errors = monitoring_target_errors(groups, hostvars, "gw", "a800_servers")
+    errors = monitoring_target_errors(groups, hostvars, "gw", "a800_servers", "127.0.0.1")
     assert len(errors) == 1 and errors[0].startswith("gpu-2: serve_publish_address is 127.0.0.1")
-    assert monitoring_target_errors(groups, hostvars, "gpu-2", "a800_servers") == []
+    assert monitoring_target_errors(groups, hostvars, "gpu-2", "a800_servers", "127.0.0.1") == []
 
 
 def test_the_firing_alerts_are_listed_worst_first():
@@ -570,7 +580,8 @@ def test_the_role_preflight_tasks_judge_only_air_gapped_serving_hosts_that_run_t
         "gateway": ({"a800_offline_bundle": str(tmp_path / "without")}, []),
     }
     servers = {h: dict(local, **v) for h, (v, _) in cases.items() if h != "gateway"}
-    inventory = {"all": {"children": {
+    # the vocabulary the role's defaults point at, below the hosts' own values (a play's vars_files would override them)
+    inventory = {"all": {"vars": VOCABULARY, "children": {
         "a800_servers": {"hosts": servers},
         "a800_gateways": {"hosts": {"gateway": dict(local, **cases["gateway"][0])}},
         "a800_monitoring": {"hosts": {"with": {}}},

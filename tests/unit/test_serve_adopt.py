@@ -264,7 +264,7 @@ def test_the_monitoring_roles_dcgm_exporter_does_not_fail_gpus_free():
     assert defaults["serve_gpu_readers"] == ["{{ a800_dcgm_container }}"]
     monitoring = yaml.safe_load((ROOT / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
     assert monitoring["monitoring_dcgm_container"] == "{{ a800_dcgm_container }}"
-    a800 = yaml.safe_load((ROOT / "roles" / "a800" / "defaults" / "main.yml").read_text())
+    a800 = yaml.safe_load((ROOT / "roles" / "a800" / "defaults" / "main" / "main.yml").read_text())
     assert a800["a800_dcgm_container"] == "a800-dcgm-exporter"
 
 

@@ -20,6 +20,7 @@ from ansible_collections.a800.vllm.plugins.filter.vllm_launch import (
     vllm_ready_timeout,
 )
 from ansible_collections.a800.vllm.plugins.filter.vllm_launch_rules import vllm_launch_checks
+from conftest import VOCABULARY
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"]
@@ -203,7 +204,8 @@ def test_the_server_is_not_open_by_default(address, key, status):
         assert "serve_api_key" in rule["fix"] and "serve_publish_address: 127.0.0.1" in rule["fix"]
     if key:
         assert "/v1 routes" in rule["detail"] and "/tokenize" in rule["detail"]
-    assert SERVE_DEFAULTS["serve_publish_address"] == "127.0.0.1"
+    assert SERVE_DEFAULTS["serve_publish_address"] == "{{ a800_serve_publish_address }}"
+    assert VOCABULARY["a800_serve_publish_address"] == "127.0.0.1"
 
 
 def test_host_rules_pending_without_facts_and_failing_in_strict_mode():

@@ -1,5 +1,5 @@
 """Reading vLLM container logs (plugins/module_utils/vllm_log.py) and the error catalogue
-(roles/serve/defaults/main/catalogue.yml): progress, ETA, markers, diagnosis.
+(roles/a800/defaults/main/catalogue.yml): progress, ETA, markers, diagnosis.
 
 Log lines come from three sources: the vLLM test double run here (tests/doubles/vllm, harness.Launcher), real
 vLLM 0.32 runs recorded in tests/fixtures/vllm-logs/real-0.32-cpu, and message texts of the real vLLM 0.32
@@ -29,10 +29,10 @@ from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import (
 )
 from conftest import FIXTURES, ROOT
 
-CATALOGUE_FILE = ROOT / "roles" / "serve" / "defaults" / "main" / "catalogue.yml"
+CATALOGUE_FILE = ROOT / "roles" / "a800" / "defaults" / "main" / "catalogue.yml"
 MODEL_PROFILE = ROOT / "inventories" / "prod" / "group_vars" / "all" / "model_profile.yml"
 REAL_LOGS = FIXTURES / "vllm-logs" / "real-0.32-cpu"
-CATALOGUE = yaml.safe_load(CATALOGUE_FILE.read_text())["serve_error_catalogue"]
+CATALOGUE = yaml.safe_load(CATALOGUE_FILE.read_text())["a800_error_catalogue"]
 LOG_MARKERS = yaml.safe_load(MODEL_PROFILE.read_text())["model_profile"]["log_markers"]
 
 SELECTOR = (

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-CATALOGUE = yaml.safe_load((ROOT / "roles/serve/defaults/main/catalogue.yml").read_text())["serve_error_catalogue"]
+CATALOGUE = yaml.safe_load((ROOT / "roles/a800/defaults/main/catalogue.yml").read_text())["a800_error_catalogue"]
 LOG_MARKERS = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"][
     "log_markers"
 ]

@@ -18,7 +18,7 @@ vllm/v1/attention/backends/mla/xpu_mla_sparse.py) and those of the backend work 
               mqa_logits_triton.py) imports with its logits and warm-up functions
 
 One line per check: `sm80 self-check: ok <check>: ...` or `sm80 self-check: FAILED: <check>: <exception> (end)`,
-the exception as Python prints its last line, so that the error catalogue (roles/serve/defaults/main/catalogue.yml)
+the exception as Python prints its last line, so that the error catalogue (roles/a800/defaults/main/catalogue.yml)
 names the cause and the fix. Exit status 1 when any check failed.
 """
 
