@@ -442,7 +442,7 @@ def serve_restart_decision(inputs: Mapping[str, Any]) -> dict[str, Any]:
     if not exists:
         why = "no container yet"
     elif by_hand and not running:
-        why = f"started by hand ({'no label ' + CONFIG_HASH_LABEL}) and not running" + (
+        why = f"started by hand (no label {CONFIG_HASH_LABEL}) and not running" + (
             f"; it differs from the rendered launch in: {fields}" if fields else ""
         )
     elif by_hand:
