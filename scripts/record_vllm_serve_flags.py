@@ -94,6 +94,8 @@ def table() -> dict[str, dict]:
             entry["choices"] = sorted(str(c) for c in action.choices)
         if action.nargs in ("+", "*"):
             entry["many"] = True
+        if action.nargs in ("?", "*"):  # argparse takes the flag alone too (--hf-token)
+            entry["optional"] = True
         flags[key] = entry
     return dict(sorted(flags.items()))
 
@@ -107,13 +109,15 @@ def render(flags: dict[str, dict]) -> str:
         f"# The options of `vllm serve` {_vllm_version()}, recorded from vLLM's own parser by",
         "# scripts/record_vllm_serve_flags.py (do not edit; re-run it). kind: the value the profile may give",
         "# (bool, int, int_human: an integer or 64k/1M, float, str, json: a mapping or a JSON string, any);",
-        "# many: several values.",
+        "# many: several values; optional: the flag may come without its value.",
         "a800_vllm_serve_flags:",
     ]
     for key, entry in flags.items():
         lines += [f"  {key}:", f"    flag: {entry['flag']}", f"    kind: {entry['kind']}"]
         if entry.get("many"):
             lines.append("    many: true")
+        if entry.get("optional"):
+            lines.append("    optional: true")
         if entry.get("choices"):
             line = "    choices: ["
             for i, choice in enumerate(entry["choices"]):

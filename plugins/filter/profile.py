@@ -261,6 +261,26 @@ def _extra_value_checks(name: str, value: str, flag: Mapping[str, Any]) -> list[
     ]
 
 
+def _takes_as_option(word: str | None) -> bool:
+    """Whether argparse reads this command-line word as an option rather than as a value (_parse_optional in
+    Lib/argparse.py): a word of two or more characters that starts with "-", is no negative number (vllm serve has no
+    option that looks like one) and has no space; None is the end of the command line."""
+    return word is None or (len(word) > 1 and word.startswith("-") and not _NEGATIVE.match(word) and " " not in word)
+
+
+def _missing_value_checks(name: str, following: str | None, flag: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A flag of the table that needs a value, given none (at the end, or before the next option), as argparse refuses
+    it: "expected one argument" (nargs None) or "expected at least one argument" (nargs "+"). A flag whose value may
+    be left out (optional: nargs "?" or "*") and a boolean flag take none."""
+    if flag.get("kind") == "bool" or flag.get("optional") or not _takes_as_option(following):
+        return []
+    expected = "expected at least one argument" if flag.get("many") else "expected one argument"
+    where = "at the end" if following is None else f"before {following}"
+    detail = f"serve_extra_args: {name} has no value {where} (vllm serve's parser: argument {name}: {expected})"
+    want = "a value after the flag"
+    return [check("profile:serve_extra_args", FAIL, "serve_extra_args", name, want, detail, EXTRA_VALUE_FIX)]
+
+
 def extra_args_checks(
     extra_args: Iterable[Any], flags: Mapping[str, Mapping[str, Any]], extra_flags: Iterable[str] = ()
 ) -> list[dict[str, Any]]:
@@ -269,9 +289,10 @@ def extra_args_checks(
     FlexibleArgumentParser takes both), `--no-X` for a boolean X (argparse's BooleanOptionalAction), a prefix of one
     of them (argparse's allow_abbrev), and the flags of a800_launch_extra_flags. Values: the one value of a flag the
     table names in full (`--flag value` or `--flag=value`) that is an integer, a size, a number or one of its choices
-    (cli_value_fits). Short options, ambiguous prefixes, a missing value and the values of other kinds are the image's
-    own parser's to judge (roles/serve/files/vllm_argcheck.py). Held to real vLLM's parser by
-    tests/contract/test_cli_mutations.py: nothing real vLLM takes is refused here."""
+    (cli_value_fits), and a value the flag needs and was not given (at the end, or before the next option). Short
+    options, ambiguous prefixes and the values of other kinds are the image's own parser's to judge
+    (roles/serve/files/vllm_argcheck.py). Held to real vLLM's parser by tests/contract/test_cli_mutations.py:
+    nothing real vLLM takes is refused here."""
     extra = {str(f).removeprefix("--").replace("-", "_") for f in extra_flags}
     known = {*flags, *extra}
     spellings = known | {"no_" + key for key, flag in flags.items() if flag.get("kind") == "bool"}
@@ -288,6 +309,8 @@ def extra_args_checks(
             value = inline if equals else following
             if value is not None and (equals or not value.startswith("-") or _NEGATIVE.match(value)):
                 records += _extra_value_checks(name, value, flag)
+            elif not equals:
+                records += _missing_value_checks(name, following, flag)
             continue
         # argparse also takes a prefix of an option (allow_abbrev); one that fits several is the parser's to refuse.
         if any(spelling.startswith(key) for spelling in spellings):

@@ -412,7 +412,7 @@ def _host_checks(ctx: dict) -> list[dict]:
     return checks
 
 
-def _argcheck_check(argcheck: dict) -> dict:
+def vllm_argcheck_check(argcheck: dict) -> dict:
     """The image's own `vllm serve` parser over the command line (files/vllm_argcheck.py in the image): run by the
     serve phase before a restart, and by the preflight when the image is already on the host. `running`: the
     preflight found the server running this command line on this image, whose parser took it when it started (the
@@ -581,7 +581,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     if ctx.get("host_rules", True):
         checks += _host_checks(ctx)
     if ctx.get("argcheck") is not None:
-        checks.append(_argcheck_check(ctx["argcheck"]))
+        checks.append(vllm_argcheck_check(ctx["argcheck"]))
     skip = set(ctx.get("skip") or [])
     for rule in checks:
         if rule["status"] == PENDING and ctx.get("strict"):
@@ -610,4 +610,8 @@ def vllm_config_failures(launch: dict, ctx: dict) -> list[dict]:
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"vllm_launch_checks": vllm_launch_checks, "vllm_config_failures": vllm_config_failures}
+        return {
+            "vllm_launch_checks": vllm_launch_checks,
+            "vllm_config_failures": vllm_config_failures,
+            "vllm_argcheck_check": vllm_argcheck_check,
+        }

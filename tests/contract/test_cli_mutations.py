@@ -272,7 +272,8 @@ def test_the_preflight_refuses_an_extra_flag_only_where_real_vllm_does():
     """serve_extra_args is refused in the preflight's first step by the recorded table (plugins/filter/profile.py
     extra_args_checks), before the image's own parser runs on the host: each mutated argv, taken as extra args, must
     never be refused there when real vLLM's parser accepts it; an unknown, misspelt or suffixed flag, a word given to
-    an integer or a number, and a choice that is none, which real vLLM refuses, are refused there too."""
+    an integer or a number, a choice that is none, and a flag without the value it needs (at the end, or before the
+    next flag), which real vLLM refuses, are refused there too."""
     from ansible_collections.a800.vllm.plugins.filter.profile import extra_args_checks
 
     flags = yaml.safe_load((ROOT / "roles/a800/files/vllm_serve_flags.yml").read_text())["a800_vllm_serve_flags"]
@@ -290,3 +291,10 @@ def test_the_preflight_refuses_an_extra_flag_only_where_real_vllm_does():
     typed = [name for (name, _, _), r in zip(cases, real, strict=True)
              if name.endswith((" int_word", " float_word", " choice_typo")) and r["exit_code"] != 0]  # fmt: skip
     assert typed and all(refused[name] for name in typed), [n for n in typed if not refused[n]]
+    # A flag without its value: refused with argparse's words for it (the option's aliases, -tp, are not in the table).
+    missing = [(name, r["error_line"]) for (name, _, _), r in zip(cases, real, strict=True)
+               if name.endswith((" value_missing_at_end", " value_missing_before_next_flag"))]  # fmt: skip
+    assert missing and all("expected" in line for _, line in missing), missing
+    wrong = [(name, line, refused[name]) for name, line in missing
+             if not refused[name] or line.rsplit(": ", 1)[-1] + ")" not in refused[name][0]["detail"]]  # fmt: skip
+    assert not wrong, "\n".join(map(repr, wrong))

@@ -125,9 +125,13 @@ def test_flags_beyond_the_table_are_accepted_when_named():
         ["--max-model-len=25.6k"],
         ["--max-model-len", "-1"],  # a negative number is a value, not an option
         ["--max-model-len", " 64 "],  # int() strips the spaces
-        ["--max-model-len"],  # a missing value is the image parser's
-        ["--max-model-len", "--enforce-eager"],
-        ["--max-mod", "lots"],  # so is the value of a prefix
+        ["--hf-token"],  # a flag whose value may be left out (nargs "?")
+        ["--hf-token", "--max-model-len", "8"],
+        ["--max-model-len", "-"],  # "-" alone is a value to argparse
+        ["--max-model-len", "-5 x"],  # so is a word with a space
+        ["--max-model-len="],  # an empty value, given
+        ["--max-mod"],  # the value of a prefix is the image parser's
+        ["--max-mod", "lots"],
         ["--gpu-memory-utilization", "9.5e-1"],
         ["--kv-cache-dtype", "FP8"],  # a choice in another case: the parser's to judge
         ["--max-num-seqs", "None"],  # optional_type: "" and "None" are None
@@ -152,6 +156,23 @@ def test_an_extra_flag_value_vllm_cannot_parse_is_refused(args, detail):
     [record] = extra_args_checks(["--max-log-len", "100", *args], FLAGS)
     assert record["detail"].startswith("serve_extra_args: " + detail), record["detail"]
     assert "serve_extra_args" in record["fix"]
+
+
+@pytest.mark.parametrize(
+    ("args", "detail"),
+    [
+        (["--max-model-len"], "--max-model-len has no value at the end (vllm serve's parser: argument --max-model-len: "
+         "expected one argument)"),
+        (["--max-model-len", "--enforce-eager"], "--max-model-len has no value before --enforce-eager"),
+        (["--max_model_len", "-O3"], "--max_model_len has no value before -O3"),
+        (["--served-model-name"], "--served-model-name has no value at the end (vllm serve's parser: argument "
+         "--served-model-name: expected at least one argument)"),  # nargs "+"
+    ],
+)  # fmt: skip
+def test_a_flag_without_the_value_it_needs_is_refused_as_argparse_refuses_it(args, detail):
+    [record] = extra_args_checks(["--max-log-len", "100", *args], FLAGS)
+    assert record["detail"].startswith("serve_extra_args: " + detail), record["detail"]
+    assert (record["status"], record["fact"]) == ("fail", "serve_extra_args")
 
 
 def test_an_unknown_extra_flag_is_named_with_the_nearest_one_and_the_escape():

@@ -21,7 +21,7 @@ import yaml
 
 ROOT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 sys.path.insert(0, str(ROOT / "tests" / "testbed"))
-from playbook_output import recap, unchanged_message  # noqa: E402
+from playbook_output import recap, task_outcomes, unchanged_message  # noqa: E402
 
 INVENTORY = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
 SIM_VARS = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/simulated_host.yml").read_text())
@@ -237,17 +237,20 @@ def test_failure_mode_stops_before_any_restart(host, args, says):
 
 def test_the_preflight_runs_the_images_own_parser_when_the_image_is_there(host):
     """A command line the image's vllm does not take fails the preflight (read-only, nothing changed), not the serve
-    phase. (An unknown flag, or a value of the wrong kind, is refused one step earlier, by the recorded table, before
-    the host is read: test_settings, test_profile_schema; a flag without its value is the image parser's.)"""
+    phase, and before the rest of the host is read. (An unknown flag, a value of the wrong kind or a flag without its
+    value is refused one step earlier, by the recorded table, before the host is read: test_settings,
+    test_profile_schema; a prefix that fits several flags of the served release is the image parser's.)"""
     only_once(host)
     before = started(H1)
-    extra = '{"serve_extra_args": ["--max-model-len"]}'
+    extra = '{"serve_extra_args": ["--max-num", "8"]}'
     run = playbook("--limit", H1, "-e", extra, playbook="playbooks/preflight.yml")
     assert run.returncode != 0
     # The error line is a Python list's repr, which may escape apostrophes.
     text = said(run).replace("\\'", "'")
     assert "vllm_argument_parser: the image's vllm parser rejects the command line" in text, run.stdout[-3000:]
-    assert "argument --max-model-len: expected one argument" in text
+    assert "ambiguous option: --max-num could match" in text, run.stdout[-3000:]
+    assert "(nothing else was read from it)" in text, run.stdout[-3000:]
+    assert task_outcomes(run.stdout, H1, "preflight : Read the GPUs from nvidia-smi") == [], run.stdout[-3000:]
     assert " changed=0 " in recap(run.stdout, H1), unchanged_message(run.stdout, H1)
     assert started(H1) == before
 
