@@ -143,13 +143,29 @@ def test_the_preflight_judges_it_with_the_bill_of_materials():
 def test_container_runtime_stops_before_anything_changes():
     tasks = yaml.safe_load((ROOT / "roles" / "container_runtime" / "tasks" / "main.yml").read_text())
     names = [t["name"] for t in tasks]
-    look = names.index("Look for Docker from the snap (the container toolkit does not support it)")
+    look = names.index(
+        "Look for Docker from the snap (the container toolkit does not support it) and for an installed engine"
+    )
     stop = names.index("Stop on Docker from the snap, before anything changes (docs/field.md#docker-from-the-snap)")
     assert look == 0 and stop == 1  # before the apt sources, before docker.io
     mod = docker_snap()
-    assert tasks[look]["loop"] == [mod.SNAP_DOCKER_COMMAND, mod.SNAP_DOCKER_DIR]
-    assert tasks[look]["ansible.builtin.stat"]["follow"] is False  # the command is a link to /usr/bin/snap
+    role_vars = yaml.safe_load((ROOT / "roles" / "container_runtime" / "vars" / "main.yml").read_text())
+    assert role_vars["__container_runtime_snap_paths"] == [mod.SNAP_DOCKER_COMMAND, mod.SNAP_DOCKER_DIR]
+    assert tasks[look]["ansible.builtin.command"]["argv"] == "{{ __container_runtime_find_argv }}"
+    assert "__container_runtime_snap_paths" in tasks[stop]["vars"]["__found"]
     assert "a800.vllm.docker_snap_check(container_runtime_docker_install)" in tasks[stop]["vars"]["__check"]
+
+
+def test_the_read_finds_a_link_without_following_it(tmp_path):
+    """The role's one read (vars/main.yml __container_runtime_find_argv): a path that exists, or a link whatever it
+    points at (/snap/bin/docker is a link to /usr/bin/snap), a line each; the others not at all."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    role_vars = yaml.safe_load((ROOT / "roles" / "container_runtime" / "vars" / "main.yml").read_text())
+    script = role_vars["__container_runtime_find_argv"].split("['sh', '-c', '", 1)[1].split("', 'sh']", 1)[0]
+    paths = [str(tmp_path / name) for name in ("dir", "dangling", "absent")]
+    run = subprocess.run(["sh", "-c", script, "sh", *paths], capture_output=True, text=True, check=True)
+    assert run.stdout.splitlines() == paths[:2]
 
 
 # --- the test bed's identity double ---------------------------------------------------------------------------
