@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
-from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check, counts
+from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check
 from ansible_collections.a800.vllm.plugins.module_utils.debian_version import compare_versions
 from ansible_collections.a800.vllm.plugins.module_utils.pcie_acs import FIX_ACS
 from ansible_collections.a800.vllm.plugins.module_utils.weights_ram import ram_fit
@@ -598,28 +598,8 @@ def preflight_checks(gpu: dict, host: dict, requirements: dict) -> list[dict]:
     return gpu_checks(gpu, req) + host_checks(host, req)
 
 
-def preflight_failures(checks: list[dict]) -> list[str]:
-    """One line per failed check: what was found, what was expected, and the fix."""
-    return [
-        f"{c['name']}: {c['detail']} [{c['fact']} = {c['measured']!r}, expected {c['expected']}]. Fix: {c['fix']}"
-        for c in checks
-        if c["status"] == FAIL
-    ]
-
-
-def preflight_table(checks: list[dict]) -> list[str]:
-    """The checks as aligned lines for a person to read."""
-    width = max((len(c["name"]) for c in checks), default=0)
-    lines = [f"{c['status'].upper():<7} {c['name']:<{width}}  {c['detail']}" for c in checks]
-    by_status = counts(checks)
-    lines.append(", ".join(f"{by_status[s]} {s}" for s in (PASS, WARN, FAIL, PENDING) if by_status[s]) or "no checks")
-    return lines
-
-
 class FilterModule:
     def filters(self) -> dict:
         return {
             "preflight_checks": preflight_checks,
-            "preflight_failures": preflight_failures,
-            "preflight_table": preflight_table,
         }

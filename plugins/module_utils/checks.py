@@ -14,7 +14,9 @@ callers, ``verify.json``/``report.md`` and the Python API (``a800vllm``) read on
     fix       what to change when it did not pass ("" when it passed)
 
 A check may carry more keys of its own (the benchmark's ``unit`` and ``limits``, the gateway's ``diagnosis``).
-Modules import it as ``ansible_collections.a800.vllm.plugins.module_utils.checks``; so do the filters.
+Modules import it as ``ansible_collections.a800.vllm.plugins.module_utils.checks``; so do the filters. Its two
+printers, ``failure_lines`` and ``table_lines``, are the filters ``a800.vllm.preflight_failures`` and
+``a800.vllm.preflight_table`` (plugins/filter/checks.py) that every stop and every check table of the roles prints.
 """
 
 from __future__ import annotations
@@ -69,3 +71,22 @@ def counts(checks: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def failed(checks: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The checks that failed."""
     return [c for c in checks if c["status"] == FAIL]
+
+
+def failure_lines(checks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per failed check: what was found, what was expected, and the fix."""
+    return [
+        f"{c['name']}: {c['detail']} [{c['fact']} = {c['measured']!r}, expected {c['expected']}]. Fix: {c['fix']}"
+        for c in checks
+        if c["status"] == FAIL
+    ]
+
+
+def table_lines(checks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The checks as aligned lines for a person to read, and a last line that counts them by status."""
+    checks = list(checks)
+    width = max((len(c["name"]) for c in checks), default=0)
+    lines = [f"{c['status'].upper():<7} {c['name']:<{width}}  {c['detail']}" for c in checks]
+    by_status = counts(checks)
+    lines.append(", ".join(f"{by_status[s]} {s}" for s in (PASS, WARN, FAIL, PENDING) if by_status[s]) or "no checks")
+    return lines

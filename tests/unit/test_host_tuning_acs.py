@@ -17,9 +17,9 @@ import jinja2
 import pytest
 import yaml
 from ansible_collections.a800.vllm.plugins.filter import pcie_acs as acs_filters
-from ansible_collections.a800.vllm.plugins.filter.preflight import preflight_failures
 from ansible_collections.a800.vllm.plugins.module_utils import pcie_acs
 from ansible_collections.a800.vllm.plugins.module_utils.checks import check
+from ansible_collections.a800.vllm.plugins.module_utils.checks import failure_lines as preflight_failures
 from ansible_collections.a800.vllm.plugins.module_utils.pcie_acs import (
     acs_verdict,
     disable_acs_redir_arg,

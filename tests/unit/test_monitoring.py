@@ -543,7 +543,7 @@ def test_the_preflight_passes_an_exporter_image_in_the_bundle_or_on_the_host():
 @pytest.mark.parametrize("manifest", [bundle_manifest("vllm/vllm-openai:v0.26.0"), None], ids=["other-images", "none"])
 def test_the_preflight_fails_an_exporter_image_an_air_gapped_host_cannot_get(manifest):
     from plugins.filter.monitoring import monitoring_dcgm_image_check
-    from plugins.filter.preflight import preflight_failures
+    from plugins.module_utils.checks import failure_lines as preflight_failures
 
     result = monitoring_dcgm_image_check(DCGM_IMAGE, manifest, "/srv/a800-bundle", False)
     assert result["status"] == "fail" and result["fact"] == "monitoring_dcgm_image"

@@ -5,9 +5,12 @@ from __future__ import annotations
 import copy
 
 import pytest
+from ansible_collections.a800.vllm.plugins.filter import checks as check_printers
 from ansible_collections.a800.vllm.plugins.filter import preflight
-from ansible_collections.a800.vllm.plugins.filter.preflight import preflight_checks, preflight_failures, preflight_table
+from ansible_collections.a800.vllm.plugins.filter.preflight import preflight_checks
 from ansible_collections.a800.vllm.plugins.module_utils import nvidia_smi
+from ansible_collections.a800.vllm.plugins.module_utils.checks import failure_lines as preflight_failures
+from ansible_collections.a800.vllm.plugins.module_utils.checks import table_lines as preflight_table
 from ansible_collections.a800.vllm.plugins.module_utils.nvidia_smi import (
     QUERY_FIELDS,
     parse_fabric_states,
@@ -510,9 +513,9 @@ def test_table_of_no_checks():
 
 
 def test_filter_plugin_exports():
-    filters = preflight.FilterModule().filters()
-    assert filters == {
-        "preflight_checks": preflight_checks,
+    assert preflight.FilterModule().filters() == {"preflight_checks": preflight_checks}
+    # The printers of every check record live beside it (module_utils/checks.py), under the names the roles call.
+    assert check_printers.FilterModule().filters() == {
         "preflight_failures": preflight_failures,
         "preflight_table": preflight_table,
     }
