@@ -110,6 +110,7 @@ def render(flags: dict[str, dict]) -> str:
         "# scripts/record_vllm_serve_flags.py (do not edit; re-run it). kind: the value the profile may give",
         "# (bool, int, int_human: an integer or 64k/1M, float, str, json: a mapping or a JSON string, any);",
         "# many: several values; optional: the flag may come without its value.",
+        f'a800_vllm_serve_flags_version: "{_vllm_version()}"  # the vLLM release whose parser this is',
         "a800_vllm_serve_flags:",
     ]
     for key, entry in flags.items():

@@ -11,23 +11,43 @@ Rules that need the host (port, image self-check, weights, the image's own argum
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from pathlib import Path
 from typing import Any
 
+import yaml
 from ansible_collections.a800.vllm.plugins.filter.vllm_launch import json_value
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check
 from ansible_collections.a800.vllm.plugins.module_utils.cuda_requirement import image_cuda_driver_check
 
-# vLLM's argparse choices (v0.26 ... v0.33, docs/vllm.md#argument-choices). `bf16` is in neither list.
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
+# vLLM's argparse choices come from the recorded option table of `vllm serve` (one release's parser,
+# scripts/record_vllm_serve_flags.py), the one home of that fact (docs/vllm.md#argument-choices). `bf16` is no choice.
+FLAG_TABLE = Path(__file__).resolve().parents[2] / "roles" / "a800" / "files" / "vllm_serve_flags.yml"
 SPELLINGS = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "fp32": "float32", "f32": "float32"}
 # Sparse MLA backends and the compute capabilities they run on (docs/vllm.md#sparse-mla-on-sm80: PR #38476).
 SPARSE_BACKENDS = {"TRITON_MLA_SPARSE": (8, 0), "FLASHMLA_SPARSE": (9, 0), "FLASHINFER_MLA_SPARSE": (10, 0)}
 SPARSE_SM80_KV_DTYPES = ("auto", "float16", "bfloat16")
 JSON_OPTIONS = ("attention_config", "speculative_config", "compilation_config", "kv_transfer_config")
 GB = 1e9
+_TAG_RELEASE = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)(?:[^\d.]|$)")
+
+
+@functools.lru_cache(maxsize=1)
+def recorded_choices() -> tuple[str, dict[str, tuple[str, ...]]]:
+    """(the vLLM release of the recorded table, {option key: its choices}), read once per process with libyaml."""
+    data = yaml.load(FLAG_TABLE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    flags = data["a800_vllm_serve_flags"]
+    choices = {key: tuple(map(str, flag["choices"])) for key, flag in flags.items() if flag.get("choices")}
+    return str(data.get("a800_vllm_serve_flags_version", "unknown")), choices
+
+
+def image_release(image: str | None) -> str | None:
+    """The vLLM release a serving image's tag names (vllm/vllm-openai:v0.26.0-glm52-sm80: 0.26.0), or None."""
+    tag = str(image or "").rpartition("/")[2].partition("@")[0].rpartition(":")[2] if ":" in str(image or "") else ""
+    match = _TAG_RELEASE.match(tag)
+    return match[1] if match else None
 
 
 # Bounds vLLM's configuration classes put on launch values AFTER argparse accepted them (pydantic Field(gt/ge/le)):
@@ -131,12 +151,21 @@ def _memory_check(launch: dict, ctx: dict) -> dict:
     )
 
 
-def _choice_check(name: str, key: str, value: Any, choices: tuple[str, ...]) -> dict:
-    fact = f"model_profile.launch.{key}"
+def _choice_check(name: str, key: str, value: Any, served_image: str | None) -> dict:
+    """`value` against the choices of the recorded table's vLLM release, saying which release that is and, where the
+    served image's tag names another, that the image's own parser (vllm_argument_parser) has the last word."""
+    fact, flag = f"model_profile.launch.{key}", f"--{key.replace('_', '-')}"
     if value in (None, ""):
-        return check(name, PASS, fact, value, "unset (auto)", f"--{key.replace('_', '-')} not set: vLLM's default")
+        return check(name, PASS, fact, value, "unset (auto)", f"{flag} not set: vLLM's default")
+    release, table = recorded_choices()
+    choices = table.get(key, ())
+    served = image_release(served_image)
+    whose = f"a choice of vLLM {release} (the recorded table)"
+    if served_image and served != release:
+        whose += f"; the served image is vLLM {served}" if served else "; the served image's tag names no release"
+        whose += ", whose own parser has the last word (vllm_argument_parser)"
     if value in choices:
-        return check(name, PASS, fact, value, list(choices), f"--{key.replace('_', '-')} {value} is a valid choice")
+        return check(name, PASS, fact, value, list(choices), f"{flag} {value} is {whose}")
     better = SPELLINGS.get(str(value).lower())
     return check(
         name,
@@ -144,8 +173,9 @@ def _choice_check(name: str, key: str, value: Any, choices: tuple[str, ...]) -> 
         fact,
         value,
         list(choices),
-        f"--{key.replace('_', '-')}: invalid choice: {value!r} (vllm serve exits 2 before anything loads)",
-        f"set {fact} to {better}" if better else f"set {fact} to one of {', '.join(choices)}",
+        f"{flag}: invalid choice: {value!r} (vllm serve exits 2 before anything loads); not {whose}",
+        (f"set {fact} to {better}" if better else f"set {fact} to one of {', '.join(choices)}")
+        + f" (or, where the served release has it, add {name} to serve_validate_skip)",
     )
 
 
@@ -253,7 +283,8 @@ def _backend_checks(launch: dict, env: dict, ctx: dict) -> list[dict]:
             )
         )
     kv = launch.get("kv_cache_dtype") or "auto"
-    if sparse and backend == "TRITON_MLA_SPARSE" and kv in KV_CACHE_DTYPES:  # a misspelling is the choice rule's
+    kv_choices = recorded_choices()[1].get("kv_cache_dtype", ())
+    if sparse and backend == "TRITON_MLA_SPARSE" and kv in kv_choices:  # a misspelling is the choice rule's
         checks.append(
             check(
                 "kv_cache_dtype_backend",
@@ -463,7 +494,8 @@ def _exposure_check(ctx: dict) -> dict:
 
 def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     """Every rule over one rendered launch. `launch` is model_profile.launch; `ctx` carries the rest:
-    env, extra_args, served_model_name, compute_caps, gpu_count, gpu_memory_mib, weights_gb, memory_model,
+    env, extra_args, served_model_name, served_image (its tag's vLLM release is named beside the recorded table's),
+    compute_caps, gpu_count, gpu_memory_mib, weights_gb, memory_model,
     sparse_attention, known_parsers, ready_timeout_s, min_ready_timeout_s, load_format, skip (rule names), and the
     host facts (port, port_holder, other_containers, image, image_cuda, driver_version, weights_check, argcheck) when
     the serve role gathered them; host_rules false
@@ -517,8 +549,9 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
     if tp_ok:
         checks.append(_memory_check(launch, ctx))
     checks.append(_value_range_check(launch))
-    checks.append(_choice_check("dtype", "dtype", launch.get("dtype"), DTYPES))
-    checks.append(_choice_check("kv_cache_dtype", "kv_cache_dtype", launch.get("kv_cache_dtype"), KV_CACHE_DTYPES))
+    served_image = ctx.get("served_image")
+    checks.append(_choice_check("dtype", "dtype", launch.get("dtype"), served_image))
+    checks.append(_choice_check("kv_cache_dtype", "kv_cache_dtype", launch.get("kv_cache_dtype"), served_image))
     checks += _json_checks(launch, extra)
     checks += _backend_checks(launch, env, ctx)
     checks += _parser_checks(launch, ctx.get("known_parsers") or {})
@@ -597,7 +630,7 @@ def vllm_launch_checks(launch: dict, ctx: dict) -> list[dict]:
 # host, so that a bad launch value is refused in seconds (roles/serve/tasks/settings.yml).
 CONFIG_RULES = ("tensor_parallel_gpus", "value_ranges", "dtype", "kv_cache_dtype", "json_option:", "parser:",
                 "served_model_name")  # fmt: skip
-CONFIG_CONTEXT = ("env", "extra_args", "served_model_name", "known_parsers", "skip")
+CONFIG_CONTEXT = ("env", "extra_args", "served_model_name", "known_parsers", "skip", "served_image")
 
 
 def vllm_config_failures(launch: dict, ctx: dict) -> list[dict]:

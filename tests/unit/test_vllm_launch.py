@@ -19,7 +19,12 @@ from ansible_collections.a800.vllm.plugins.filter.vllm_launch import (
     vllm_launch_args,
     vllm_ready_timeout,
 )
-from ansible_collections.a800.vllm.plugins.filter.vllm_launch_rules import vllm_launch_checks
+from ansible_collections.a800.vllm.plugins.filter.vllm_launch_rules import (
+    FLAG_TABLE,
+    image_release,
+    recorded_choices,
+    vllm_launch_checks,
+)
 from conftest import VOCABULARY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,6 +159,49 @@ def test_each_pitfall_fails_its_rule_with_a_fix(changes, rule, fix_says):
     assert rule in failed(checks), checks.get(rule)
     assert fix_says in checks[rule]["fix"]
     assert checks[rule]["fact"].startswith(("model_profile", "serve_"))
+
+
+def test_the_choices_are_the_recorded_tables_and_the_releases_are_named():
+    """--dtype and --kv-cache-dtype are judged against the recorded option table (one home: no tuple of choices in
+    the rules' file); a choice only a newer release has passes with both releases named, the served image's parser
+    having the last word; an invalid one fails with the table's release and the escape."""
+    table = yaml.safe_load(FLAG_TABLE.read_text())
+    release, choices = recorded_choices()
+    assert release == table["a800_vllm_serve_flags_version"] == "0.32.0"
+    for key in ("dtype", "kv_cache_dtype"):
+        assert list(choices[key]) == table["a800_vllm_serve_flags"][key]["choices"]
+    rules_file = Path(vllm_launch_checks.__code__.co_filename).read_text()
+    assert '"fp8_e4m3"' not in rules_file and '"half"' not in rules_file  # no copy of the table's choices
+    served = "vllm/vllm-openai:v0.26.0-glm52-sm80"
+    newer = checks_of(launch_with(kv_cache_dtype="nvfp4"), served_image=served)["kv_cache_dtype"]
+    assert newer["status"] == "pass", newer
+    assert newer["detail"] == (
+        "--kv-cache-dtype nvfp4 is a choice of vLLM 0.32.0 (the recorded table); the served image is vLLM 0.26.0, "
+        "whose own parser has the last word (vllm_argument_parser)"
+    )
+    same = checks_of(launch_with(kv_cache_dtype="fp8"), served_image="vllm/vllm-openai:v0.32.0")["kv_cache_dtype"]
+    assert same["detail"] == "--kv-cache-dtype fp8 is a choice of vLLM 0.32.0 (the recorded table)"
+    bad = checks_of(launch_with(kv_cache_dtype="bf16"), served_image=served)["kv_cache_dtype"]
+    assert bad["status"] == "fail" and bad["expected"] == list(choices["kv_cache_dtype"])
+    assert "invalid choice: 'bf16'" in bad["detail"] and "not a choice of vLLM 0.32.0" in bad["detail"]
+    assert bad["fix"].startswith("set model_profile.launch.kv_cache_dtype to bfloat16")
+    assert "serve_validate_skip" in bad["fix"]
+
+
+@pytest.mark.parametrize(
+    ("image", "release"),
+    [
+        ("vllm/vllm-openai:v0.26.0-glm52-sm80", "0.26.0"),
+        ("vllm/vllm-openai:v0.32.0", "0.32.0"),
+        ("registry.example:5000/vllm/vllm-openai:0.30.1", "0.30.1"),  # a registry's port is not the tag
+        ("vllm/vllm-openai:v0.26.0@sha256:" + "0" * 64, "0.26.0"),
+        ("registry.example:5000/glm52-serving", None),
+        ("vllm/vllm-openai:latest", None),
+        ("", None),
+    ],
+)
+def test_the_release_a_serving_images_tag_names(image, release):
+    assert image_release(image) == release
 
 
 def test_the_env_var_alone_does_not_select_the_backend():
