@@ -434,7 +434,12 @@ def test_lockdown_check_filter_is_exported():
 
 
 def test_role_checks_the_lockdown_before_it_installs_anything():
-    tasks = yaml.safe_load((ROLE / "tasks" / "acs.yml").read_text())
+    acs = yaml.safe_load((ROLE / "tasks" / "acs.yml").read_text())
+    prepare = next(t for t in acs if t.get("ansible.builtin.include_tasks") == "acs_prepare.yml")
+    assert prepare["when"] == "host_tuning_disable_acs | bool"
+    names = [t["name"] for t in acs]  # nothing is installed before the method is prepared
+    assert names.index(prepare["name"]) < names.index("NCCL's setpci loop at every boot")
+    tasks = yaml.safe_load((ROLE / "tasks" / "acs_prepare.yml").read_text())
     names = [t["name"] for t in tasks]
     include = names.index("Check that the ACS method can work here (a locked-down kernel refuses setpci's writes)")
     stop = names.index("Stop before anything is installed when it cannot")
