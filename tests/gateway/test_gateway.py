@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -460,9 +461,17 @@ def test_playbook_refuses_a_model_id_in_the_wrong_case_before_writing_anything(c
 
 
 def test_playbook_is_opt_in(tmp_path):
-    run = playbook(tmp_path, gateway_enabled=False, gateway_api_key=SECRET)
+    """With gateway_enabled false the play ends for each host at its first task: no role runs, no file is written."""
+    out = tmp_path / "clients"
+    run = playbook(tmp_path, gateway_enabled=False, gateway_api_key=SECRET, gateway_config_dir=str(out))
     assert run.returncode == 0, run.stdout[-3000:]
-    assert "skipping" in run.stdout and SECRET not in run.stdout + run.stderr
+    tasks = re.findall(r"^TASK \[(.+?)\]", run.stdout, flags=re.M)
+    assert set(tasks) == {"End the play here unless gateway_enabled (off by default)"}, run.stdout[-3000:]
+    assert not out.exists() and SECRET not in run.stdout + run.stderr
+    on = playbook(tmp_path, "--check", gateway_enabled=True, gateway_api_key=SECRET, gateway_config_dir=str(out))
+    assert any(t.startswith("gateway : ") for t in re.findall(r"^TASK \[(.+?)\]", on.stdout, flags=re.M)), (
+        on.stdout[-3000:]
+    )
 
 
 def test_explain_names_the_cause_of_a_tool_message_and_writes_nothing(tmp_path):
