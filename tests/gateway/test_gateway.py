@@ -469,9 +469,8 @@ def test_playbook_is_opt_in(tmp_path):
     assert set(tasks) == {"End the play here unless gateway_enabled (off by default)"}, run.stdout[-3000:]
     assert not out.exists() and SECRET not in run.stdout + run.stderr
     on = playbook(tmp_path, "--check", gateway_enabled=True, gateway_api_key=SECRET, gateway_config_dir=str(out))
-    assert any(t.startswith("gateway : ") for t in re.findall(r"^TASK \[(.+?)\]", on.stdout, flags=re.M)), (
-        on.stdout[-3000:]
-    )
+    ran = re.findall(r"^TASK \[(.+?)\]", on.stdout, flags=re.M)
+    assert any(task.startswith("gateway : ") for task in ran), on.stdout[-3000:]
 
 
 def test_explain_names_the_cause_of_a_tool_message_and_writes_nothing(tmp_path):
