@@ -45,8 +45,8 @@ def recorded_choices() -> tuple[str, dict[str, tuple[str, ...]]]:
 
 def image_release(image: str | None) -> str | None:
     """The vLLM release a serving image's tag names (vllm/vllm-openai:v0.26.0-glm52-sm80: 0.26.0), or None."""
-    tag = str(image or "").rpartition("/")[2].partition("@")[0].rpartition(":")[2] if ":" in str(image or "") else ""
-    match = _TAG_RELEASE.match(tag)
+    last = str(image or "").partition("@")[0].rpartition("/")[2]  # name:tag, after any registry (host:port)
+    match = _TAG_RELEASE.match(last.partition(":")[2])
     return match[1] if match else None
 
 
@@ -443,6 +443,19 @@ def _host_checks(ctx: dict) -> list[dict]:
     return checks
 
 
+def vllm_argcheck_result(run: dict | None, running: bool = False) -> dict | None:
+    """The image parser's outcome from its command's registered result (files/vllm_argcheck.py prints one JSON line
+    {"ok", "error"}): {"rc": 0, "running": True} when the server runs this command line (the check was not run), None
+    when the command did not run, else its exit code and the error of its last JSON line (stderr without one)."""
+    if running:
+        return {"rc": 0, "running": True}
+    if not run or run.get("rc") is None:
+        return None
+    lines = [line for line in run.get("stdout_lines") or [] if str(line).startswith("{")]
+    error = json.loads(lines[-1]).get("error") if lines else None
+    return {"rc": run["rc"], "error": str(run.get("stderr") or "").strip() if error is None else error}
+
+
 def vllm_argcheck_check(argcheck: dict) -> dict:
     """The image's own `vllm serve` parser over the command line (files/vllm_argcheck.py in the image): run by the
     serve phase before a restart, and by the preflight when the image is already on the host. `running`: the
@@ -647,4 +660,5 @@ class FilterModule:
             "vllm_launch_checks": vllm_launch_checks,
             "vllm_config_failures": vllm_config_failures,
             "vllm_argcheck_check": vllm_argcheck_check,
+            "vllm_argcheck_result": vllm_argcheck_result,
         }

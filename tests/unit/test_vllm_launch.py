@@ -23,6 +23,7 @@ from ansible_collections.a800.vllm.plugins.filter.vllm_launch_rules import (
     FLAG_TABLE,
     image_release,
     recorded_choices,
+    vllm_argcheck_result,
     vllm_launch_checks,
 )
 from conftest import VOCABULARY
@@ -202,6 +203,20 @@ def test_the_choices_are_the_recorded_tables_and_the_releases_are_named():
 )
 def test_the_release_a_serving_images_tag_names(image, release):
     assert image_release(image) == release
+
+
+def test_the_image_parsers_outcome_is_read_from_its_registered_result():
+    """One reading of files/vllm_argcheck.py's output, for the preflight's stop and both phases' rule."""
+    refused = {"rc": 2, "stdout_lines": ["noise", '{"ok": false, "error": "vllm serve: error: ambiguous option"}'],
+               "stderr": "x"}  # fmt: skip
+    assert vllm_argcheck_result(refused) == {"rc": 2, "error": "vllm serve: error: ambiguous option"}
+    assert vllm_argcheck_result({"rc": 0, "stdout_lines": ['{"ok": true, "error": ""}']}) == {"rc": 0, "error": ""}
+    assert vllm_argcheck_result({"rc": 125, "stdout_lines": [], "stderr": " no such image \n"}) == {
+        "rc": 125,
+        "error": "no such image",
+    }
+    assert vllm_argcheck_result({"skipped": True}) is None and vllm_argcheck_result(None) is None
+    assert vllm_argcheck_result({"skipped": True}, True) == {"rc": 0, "running": True}
 
 
 def test_the_env_var_alone_does_not_select_the_backend():
