@@ -79,8 +79,12 @@ lint: venv  ## yamllint, ansible-lint (production profile), ruff
 
 # ORDER=reverse|shuffle runs the suites in another order (see tests/conftest.py); the tests build what they read.
 ORDER ?= default
-unit: venv contract-venv deps  ## unit tests and the vLLM test double's tests (local processes, its image)
-	pytest -q -m "not contract" --order $(ORDER) --durations=25
+# tests/unit runs with no Docker engine to reach (DOCKER_HOST names no socket): a unit test that needs one fails here.
+# The suites that start the double, simulated hosts or images run after it.
+NO_DOCKER = unix:///nonexistent/unit-tests-run-without-docker.sock
+unit: venv contract-venv deps  ## unit tests (no Docker), then the double's, the gateway's, the API's and the bundle's
+	DOCKER_HOST=$(NO_DOCKER) pytest -q -m "not contract" --order $(ORDER) --durations=25 tests/unit
+	pytest -q -m "not contract" --order $(ORDER) --durations=25 tests/double_tests tests/gateway tests/api tests/bundle
 
 contract: venv contract-venv  ## the same client checks against the vLLM test double and a real vLLM (CPU)
 	pytest -q -m contract tests/contract tests/unit --order $(ORDER) --durations=25
