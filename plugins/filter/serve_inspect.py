@@ -379,8 +379,8 @@ def serve_launch_differences(
 ) -> list[str]:
     """How a running container (its `docker inspect`) differs from the rendered launch `spec`, one line per
     difference, each starting with the field: image, entrypoint, arguments, environment, gpus, published ports,
-    ipc mode, shm size, mounts, ulimits, restart policy (every field of the spec that its config hash covers,
-    except the name). [] when they are the same launch.
+    ipc mode, shm size, mounts, ulimits, restart policy, stop timeout (every field of the spec that its config hash
+    covers, except the name). [] when they are the same launch.
 
     `images`: inspections of the launch's image (for its ID) and of the container's image (whose own Config.Env the
     container inherits: those variables are not differences). Arguments compare as argparse reads them; an empty
@@ -409,6 +409,10 @@ def serve_launch_differences(
     want_restart = str(spec.get("restart_policy") or "no")
     if have_restart != want_restart:
         out.append(f"restart policy: {have_restart}, the launch renders {want_restart}")
+    if spec.get("stop_timeout") not in (None, ""):  # absent from Config: Docker's default, 10 s
+        have_stop = int((container.get("Config") or {}).get("StopTimeout") or 10)
+        if have_stop != int(spec["stop_timeout"]):
+            out.append(f"stop timeout: {have_stop} s, the launch renders --stop-timeout {int(spec['stop_timeout'])}")
     return out
 
 

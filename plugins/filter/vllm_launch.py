@@ -60,6 +60,8 @@ def vllm_command_line(spec: dict) -> str:
         name, _, limits = str(ulimit).partition(":")
         parts += ["--ulimit", f"{name}={limits}"]
     parts += ["--restart", spec.get("restart_policy", "no")]
+    if spec.get("stop_timeout") not in (None, ""):
+        parts += ["--stop-timeout", str(spec["stop_timeout"])]
     for key, value in sorted(spec.get("env", {}).items()):
         parts += ["-e", f"{key}={value}"]
     for volume in spec.get("volumes", []):

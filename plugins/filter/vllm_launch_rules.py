@@ -472,7 +472,9 @@ def vllm_argcheck_check(argcheck: dict) -> dict:
         "accepted" if ok else (argcheck.get("error") or "rejected"),
         "accepted",
         detail if ok else f"the image's vllm parser rejects the command line: {argcheck.get('error')}",
-        "fix the flag it names in model_profile.launch or serve_extra_args",
+        "fix the flag it names in model_profile.launch or serve_extra_args (where the image that judged it is one this "
+        "run replaces, add vllm_argument_parser to serve_validate_skip: the serve phase checks the new image before "
+        "any restart)",
     )
 
 

@@ -136,6 +136,15 @@ def test_each_changed_field_is_named(change, field, says):
     assert any(says in d for d in differences), differences
 
 
+def test_the_stop_timeout_is_compared_where_the_launch_sets_one():
+    """The launch gives Docker a stop timeout (vLLM's --shutdown-timeout + 30 s): a container without one stops with
+    Docker's 10 s, which would SIGKILL vLLM's drain; a launch recorded before the field compares nothing."""
+    spec = dict(SPEC, stop_timeout="150")
+    assert diff(SAME, spec) == ["stop timeout: 10 s, the launch renders --stop-timeout 150"]
+    assert diff(changed(SAME, Config__StopTimeout=150), spec) == []
+    assert diff(changed(SAME, Config__StopTimeout=150)) == []  # SPEC, recorded before the field
+
+
 def mounts_with(**by_target) -> list[dict]:
     mounts = copy.deepcopy(SAME["Mounts"])
     for mount in mounts:

@@ -115,7 +115,9 @@ def test_profile_renders_every_flag_of_the_article_and_selects_the_backend_by_fl
         assert ours.get(flag) == value, flag
     # docs/vllm.md#where-vllm-corrects-the-article: the backend by flag (the env var is ignored by 0.26.0)
     assert ours["--attention-backend"] == "TRITON_MLA_SPARSE"
-    assert set(ours) - set(article) == {"--attention-backend"}
+    # docs/fleet.md#the-engines-drain: a stop lets the requests in flight finish (vLLM's default 0 aborts them)
+    assert ours["--shutdown-timeout"] == "120"
+    assert set(ours) - set(article) == {"--attention-backend", "--shutdown-timeout"}
 
 
 def test_rendering_rules_for_booleans_mappings_lists_and_extra_args():
@@ -334,6 +336,9 @@ def test_command_line_quotes_json_and_holds_no_secret():
     assert argv[argv.index("--attention-config") + 1] == '{"sparse_mla_force_mqa":true}'
     assert "--ipc=host" in argv and argv[argv.index("--entrypoint") + 1] == "/bin/sh"
     assert argv[argv.index("--ulimit") + 1] == "memlock=-1:-1"  # docker run's spelling, not docker_container's
+    assert "--stop-timeout" not in argv  # a spec without one: Docker's default
+    argv = shlex.split(vllm_command_line(dict(spec, stop_timeout="150")))
+    assert argv[argv.index("--stop-timeout") + 1] == "150"
 
 
 def test_failure_message_has_diagnosis_fix_and_log_lines():

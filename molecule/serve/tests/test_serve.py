@@ -252,6 +252,12 @@ def test_the_preflight_runs_the_images_own_parser_when_the_image_is_there(host):
     assert "(nothing else was read from it)" in text, run.stdout[-3000:]
     assert task_outcomes(run.stdout, H1, "preflight : Read the GPUs from nvidia-smi") == [], run.stdout[-3000:]
     assert " changed=0 " in recap(run.stdout, H1), unchanged_message(run.stdout, H1)
+    # The documented escape (an image on the host that the run replaces) lets it through as a warning among the rules.
+    skipped = '{"serve_extra_args": ["--max-num", "8"], "serve_validate_skip": ["vllm_argument_parser"]}'
+    run = playbook("--limit", H1, "-e", skipped, playbook="playbooks/preflight.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert re.search(r"WARN +vllm_argument_parser", run.stdout), run.stdout[-3000:]
+    assert task_outcomes(run.stdout, H1, "preflight : Read the GPUs from nvidia-smi") != [], run.stdout[-3000:]
     assert started(H1) == before
 
 

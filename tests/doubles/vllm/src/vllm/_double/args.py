@@ -493,6 +493,7 @@ BOOL = argparse.BooleanOptionalAction
 MODELLED: dict[str, dict[str, Any]] = {
     "--host": {"type": optional_type(str), "default": None},
     "--port": {"type": int, "default": 8000},
+    "--shutdown-timeout": {"type": int, "default": 0},
     "--uvicorn-log-level": {"type": str, "choices": UVICORN_LOG_LEVELS, "default": "info"},
     "--api-key": {"type": optional_type(str), "nargs": "+", "default": None},
     "--enable-auto-tool-choice": {"action": BOOL, "default": False},

@@ -62,6 +62,8 @@ class Server:
         self.decoding = 0
         self.dead = False
         self.spec_since_log = 0
+        self.shutting_down = False  # SIGTERM received: new requests are refused (entrypoints/cli/main.py)
+        self.aborting = False  # the requests in flight end now, with finish_reason "abort"
 
     # --- plumbing -------------------------------------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -104,6 +106,9 @@ class Server:
                     "APIServer",
                 )
                 self.spec_since_log = 0
+
+    def in_flight(self) -> int:
+        return self.metrics.running + self.metrics.waiting
 
     # --- simple endpoints -----------------------------------------------------------------------------------------
     async def health(self, _: web.Request) -> web.Response:
@@ -175,6 +180,8 @@ class Server:
                 "EngineCore encountered an issue. See stack trace (above) for the root cause.",
                 "InternalServerError",
             )
+        if self.shutting_down:  # vLLM 0.32 during a drain: the engine client takes no new request
+            return error(500, "cannot schedule new futures after shutdown", "InternalServerError")
         tools, tool_choice = body.get("tools"), body.get("tool_choice", "auto" if body.get("tools") else "none")
         if tools and tool_choice == "auto" and not self.args.enable_auto_tool_choice:
             return error(
@@ -311,9 +318,12 @@ class Server:
             await self._event(response, self._chunk(rid, created, [first], prompt_token_ids=None))
         self.decoding += 1
         try:
-            await self._decode(tokens, response, rid, created)
+            sent = await self._decode(tokens, response, rid, created)
         finally:
             self.decoding -= 1
+        if sent < len(tokens):  # aborted by a shutdown
+            tokens, finish = tokens[:sent], "abort"
+            plan.tool_call = None
         n_completion = len(tokens) + (len(plan.tool_call["arguments"]) // 4 if plan.tool_call else 0)
         elapsed = time.monotonic() - start
         self.metrics.histograms["vllm:e2e_request_latency_seconds"].observe(elapsed)
@@ -387,13 +397,14 @@ class Server:
             }
         )
 
-    async def _decode(self, tokens: list[tuple[str, str]], response, rid: str, created: int) -> None:
+    async def _decode(self, tokens: list[tuple[str, str]], response, rid: str, created: int) -> int:
         """Pace the tokens on absolute deadlines (no drift from the work between them); when the interval is
         shorter than the event loop can keep up with, or the loop fell behind, send the due tokens in one chunk
-        (as MTP does when several drafted tokens are accepted at once)."""
+        (as MTP does when several drafted tokens are accepted at once). Returns how many were sent: fewer than all
+        when a shutdown aborted the request."""
         due = time.monotonic()
         i = 0
-        while i < len(tokens):
+        while i < len(tokens) and not self.aborting:
             interval = self.decoding / (total_throughput(self.decoding) * self.speed)
             due += interval
             delay = due - time.monotonic()
@@ -413,6 +424,7 @@ class Server:
                     text = "".join(t for k, t in batch if k == kind)
                     if text:
                         await self._sse(response, rid, created, {kind: text}, None)
+        return i
 
     def _count_token(self) -> None:
         c = self.metrics.counters

@@ -51,8 +51,40 @@ async def _serve(server, host: str, port: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("server.py:263", "Shutting down", API)
+    await _shutdown(server, site, server.args.shutdown_timeout)
+    log.info("launcher.py:304", "[shutdown] API server: shutting down FastAPI HTTP server", API)
     await runner.cleanup()
+
+
+async def _shutdown(server, site, timeout: int) -> None:
+    """SIGTERM as vLLM 0.32 handles it (entrypoints/launchers/launcher.py, v1/engine/core.py; held to the real
+    engine by tests/contract/test_shutdown_contract.py). --shutdown-timeout 0, the default: the requests in flight
+    are aborted (a stream ends with finish_reason "abort" and [DONE]) and the port closes at once. N > 0: a drain:
+    /health stays 200, a new request is refused (500, "cannot schedule new futures after shutdown"), the requests in
+    flight finish, for at most N seconds (then the rest are aborted), and the server exits."""
+    mode = "abort" if timeout == 0 else "drain"
+    log.info("launcher.py:254", "[shutdown] API server: shutdown triggered", API)
+    log.info("launcher.py:270", f"[shutdown] API server: stopping engine client mode={mode} timeout={timeout}s", API)
+    server.shutting_down = True
+    if timeout == 0:
+        server.aborting = True
+        await site.stop()
+    elif server.in_flight():
+        log.info(
+            "core.py:1652",
+            f"[shutdown] EngineCore: draining in-flight requests count={server.in_flight()} timeout={timeout}s",
+            "EngineCore_DP0",
+        )
+    deadline = asyncio.get_running_loop().time() + timeout
+    while server.in_flight():
+        if not server.aborting and asyncio.get_running_loop().time() >= deadline:
+            server.aborting = True  # the drain's time is up: the rest are aborted
+        await asyncio.sleep(0.05)
+    log.info(
+        "core.py:1666",
+        "[shutdown] EngineCore: request processing complete; starting resource teardown",
+        "EngineCore_DP0",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

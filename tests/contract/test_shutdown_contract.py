@@ -1,0 +1,144 @@
+"""SIGTERM with `--shutdown-timeout`: what the real vLLM (CPU build 0.32.0) does, and the test double with it.
+
+The drain of a serving host (issue 34) leans on it: `docker stop` sends SIGTERM to the API server, and vLLM >= 0.18
+(vllm-project/vllm#34730, re-applied in #36666) then, with `--shutdown-timeout N` (N > 0), lets the requests in flight
+finish for up to N seconds, refuses new ones, and exits. With the default 0 it aborts them: a stream ends with
+finish_reason "abort" (and still `data: [DONE]`, so a client that reads only [DONE] takes it for complete).
+
+Measured on the real engine, and asserted here on both:
+- during the drain /health stays 200 and a new chat request is answered 500, "cannot schedule new futures after
+  shutdown" (InternalServerError): the router and the gateway must stop sending before SIGTERM, not after;
+- the stream in flight finishes whole (finish_reason "length" at max_tokens, [DONE]);
+- the process exits 0.
+The abort of the default 0 is asserted on the double (the real engine's, measured once, is in docs/fleet.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(ROOT / "tests" / "doubles" / "vllm"), str(ROOT / "collections")]
+
+import real_vllm  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils import openai_api  # noqa: E402
+from harness import Launcher, free_port, make_installs, make_weights  # noqa: E402
+
+pytestmark = pytest.mark.contract
+MODEL = "glm-5.2-nvfp4"
+MAX_TOKENS = 1500  # long enough to still stream when SIGTERM comes (~10 s on the tiny CPU model, ~19 s on the double)
+DRAIN_S = 300  # a bound for the drain, not a speed: the stream in flight takes seconds, minutes on a loaded machine
+REFUSED = "cannot schedule new futures after shutdown"
+
+
+class Engine:
+    """One server to send SIGTERM to, as `docker stop` does: to the API server's process alone."""
+
+    def __init__(self, url: str, pid: int, wait, log) -> None:
+        self.url, self.pid, self.wait, self.log = url, pid, wait, log
+
+
+def start(kind: str, tmp_path: Path, request, shutdown_timeout: int) -> Engine:
+    flag = ["--shutdown-timeout", str(shutdown_timeout)]
+    if kind == "double":
+        launcher = Launcher(tmp_path, make_installs(tmp_path / "installs"), make_weights(tmp_path / "weights"))
+        request.addfinalizer(launcher.stop_all)
+        # at the article's speed (80 tok/s at one stream), not the harness's 50x: the stream must outlast the signal
+        run = launcher.start(flag, env={"VLLM_TEST_DOUBLE_SPEED": "1"})
+        assert "Application startup complete." in run.log, run.log
+        return Engine(run.url, run.proc.pid, lambda: run.proc.wait(DRAIN_S + 60), lambda: run.log)
+    real = real_vllm.RealVllm(free_port(), request.getfixturevalue("tiny_model"), extra_args=flag,
+                              log_path=tmp_path / "vllm.log")  # fmt: skip
+    request.addfinalizer(real.stop)
+    real.start()
+    proc = real.proc
+    return Engine(real.base_url, proc.pid, lambda: proc.wait(DRAIN_S + 60), real.log_tail)
+
+
+def stream_in_background(url: str) -> tuple[threading.Thread, dict]:
+    """A streamed chat of exactly MAX_TOKENS tokens; `seen` counts the chunks as they come."""
+    out: dict = {"seen": 0}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+    def read() -> None:
+        lines = []
+        try:
+            with requests.post(url + "/v1/chat/completions", json=body, stream=True, timeout=DRAIN_S) as reply:
+                out["status"] = reply.status_code
+                for line in reply.iter_lines(decode_unicode=True):
+                    lines.append(line)
+                    out["seen"] += 1
+        except requests.RequestException as exc:
+            out["error"] = repr(exc)
+        out["stream"] = openai_api.parse_sse(lines)
+        out["ended"] = time.monotonic()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def wait_streaming(out: dict, chunks: int = 20, bound: float = 120) -> None:
+    began = time.monotonic()
+    while out["seen"] < chunks and "ended" not in out:
+        assert time.monotonic() - began < bound, f"no stream within {bound:g} s: {out}"
+        time.sleep(0.05)
+    assert "ended" not in out, f"the stream ended before SIGTERM could reach it in flight: {out}"
+
+
+@pytest.mark.parametrize("kind", ["double", "real"])
+def test_a_drain_finishes_the_stream_in_flight_refuses_new_requests_and_exits_0(kind, tmp_path, request):
+    engine = start(kind, tmp_path, request, shutdown_timeout=DRAIN_S)
+    thread, out = stream_in_background(engine.url)
+    wait_streaming(out)
+    os.kill(engine.pid, signal.SIGTERM)
+    time.sleep(0.5)
+    # While the stream still runs, the server drains: a new request is refused, /health still answers 200.
+    hello = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    new = requests.post(engine.url + "/v1/chat/completions", json=hello, timeout=60)
+    health = requests.get(engine.url + "/health", timeout=30).status_code
+    answered_in_drain = "ended" not in out
+    thread.join(DRAIN_S + 60)
+    rc = engine.wait()
+    assert answered_in_drain, f"the stream ended before the new request was answered: {out}"
+    assert (new.status_code, health) == (500, 200), (new.status_code, new.text, health)
+    assert new.json()["error"]["message"] == REFUSED and new.json()["error"]["type"] == "InternalServerError"
+    stream = out["stream"]
+    assert out.get("status") == 200 and "error" not in out, out
+    assert stream["done"] and not stream["malformed"], stream
+    assert stream["finish_reason"] == "length", stream
+    assert stream["usage"]["completion_tokens"] == MAX_TOKENS, stream["usage"]
+    assert rc == 0, engine.log()[-3000:]
+
+
+def test_without_a_timeout_sigterm_aborts_the_stream_in_flight_and_closes_the_port(tmp_path, request):
+    """vLLM's default (--shutdown-timeout 0), on the double; measured on the real engine once (module docstring)."""
+    engine = start("double", tmp_path, request, shutdown_timeout=0)
+    thread, out = stream_in_background(engine.url)
+    wait_streaming(out)
+    os.kill(engine.pid, signal.SIGTERM)
+    thread.join(60)
+    rc = engine.wait()
+    stream = out["stream"]
+    assert stream["done"] and stream["finish_reason"] == "abort", stream
+    assert 0 < stream["usage"]["completion_tokens"] < MAX_TOKENS, stream["usage"]
+    with pytest.raises(requests.ConnectionError):
+        requests.get(engine.url + "/health", timeout=10)
+    assert rc == 0, engine.log()[-3000:]
+    assert "[shutdown] API server: stopping engine client mode=abort timeout=0s" in engine.log()
