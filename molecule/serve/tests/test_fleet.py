@@ -209,7 +209,9 @@ class Load:
                 self.sent += 1
             try:
                 status, body, _ = chat(KEYS["team-load"], stream=index % 2 == 1)
-                ok = status == 200 and ("[DONE]" in body if index % 2 else "408" in body)
+                # A stream that a stop aborted still ends with [DONE] (vLLM: finish_reason "abort"): not whole.
+                whole = "[DONE]" in body and not re.search(r'"finish_reason": ?"abort"', body)
+                ok = status == 200 and (whole if index % 2 else "408" in body)
             except OSError as error:
                 status, body, ok = 0, repr(error), False
             if not ok:
