@@ -7,7 +7,9 @@ finish_reason "abort" (and still `data: [DONE]`, so a client that reads only [DO
 
 Measured on the real engine, and asserted here on both:
 - during the drain /health stays 200 and a new chat request is answered 500, "cannot schedule new futures after
-  shutdown" (InternalServerError): the router and the gateway must stop sending before SIGTERM, not after;
+  shutdown" (InternalServerError): the router and the gateway must stop sending before SIGTERM, not after (a request
+  sent after SIGTERM is never served: refused, or not connected once the server has exited; /health is asserted when
+  it was asked while the stream still ran, which on a loaded machine it may not be);
 - the stream in flight finishes whole (finish_reason "length" at max_tokens, [DONE]);
 - the process exits 0.
 The abort of the default 0 is asserted on the double (the real engine's, measured once, is in docs/fleet.md).
@@ -35,7 +37,9 @@ from harness import Launcher, free_port, make_installs, make_weights  # noqa: E4
 
 pytestmark = pytest.mark.contract
 MODEL = "glm-5.2-nvfp4"
-MAX_TOKENS = 1500  # long enough to still stream when SIGTERM comes (~10 s on the tiny CPU model, ~19 s on the double)
+# Long enough to stream on after SIGTERM: ~20 s on the tiny CPU model when idle, ~37 s on the double at the article's
+# speed. The drain's outcome does not depend on it (below); only whether /health is asked during the drain does.
+MAX_TOKENS = 3000
 DRAIN_S = 300  # a bound for the drain, not a speed: the stream in flight takes seconds, minutes on a loaded machine
 REFUSED = "cannot schedule new futures after shutdown"
 
@@ -61,7 +65,8 @@ def start(kind: str, tmp_path: Path, request, shutdown_timeout: int) -> Engine:
     request.addfinalizer(real.stop)
     real.start()
     proc = real.proc
-    return Engine(real.base_url, proc.pid, lambda: proc.wait(DRAIN_S + 60), real.log_tail)
+    log = real.log_path
+    return Engine(real.base_url, proc.pid, lambda: proc.wait(DRAIN_S + 60), lambda: log.read_text("utf-8", "replace"))
 
 
 def stream_in_background(url: str) -> tuple[threading.Thread, dict]:
@@ -108,17 +113,30 @@ def test_a_drain_finishes_the_stream_in_flight_refuses_new_requests_and_exits_0(
     thread, out = stream_in_background(engine.url)
     wait_streaming(out)
     os.kill(engine.pid, signal.SIGTERM)
-    time.sleep(0.5)
-    # While the stream still runs, the server drains: a new request is refused, /health still answers 200.
+    # The engine core logs that it drains once the shutdown has reached it; a request sent before that may still be
+    # taken (the signal is handled asynchronously). Waits for that, or for the stream's end (a bound, not a speed).
+    began = time.monotonic()
+    while "[shutdown] EngineCore: draining in-flight requests" not in engine.log() and "ended" not in out:
+        assert time.monotonic() - began < 120, f"no drain logged within 120 s: {engine.log()[-3000:]}"
+        time.sleep(0.05)
+    # Whenever it is answered, a request sent after SIGTERM is never served: refused with vLLM's 500 while the drain
+    # runs, or not connected once the server has exited (on a loaded machine the stream may finish first).
     hello = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    new = requests.post(engine.url + "/v1/chat/completions", json=hello, timeout=60)
-    health = requests.get(engine.url + "/health", timeout=30).status_code
-    answered_in_drain = "ended" not in out
+    try:
+        reply = requests.post(engine.url + "/v1/chat/completions", json=hello, timeout=60)
+        new = (reply.status_code, reply.json()["error"]["message"], reply.json()["error"]["type"])
+    except requests.ConnectionError:
+        new = "not connected"
+    try:
+        health = requests.get(engine.url + "/health", timeout=30).status_code
+    except requests.ConnectionError:
+        health = "not connected"
+    health_in_drain = "ended" not in out
     thread.join(DRAIN_S + 60)
     rc = engine.wait()
-    assert answered_in_drain, f"the stream ended before the new request was answered: {out}"
-    assert (new.status_code, health) == (500, 200), (new.status_code, new.text, health)
-    assert new.json()["error"]["message"] == REFUSED and new.json()["error"]["type"] == "InternalServerError"
+    assert new in [(500, REFUSED, "InternalServerError"), "not connected"], new
+    if health_in_drain:  # asked while the stream still ran: the draining server still says it is healthy
+        assert health == 200, health
     stream = out["stream"]
     assert out.get("status") == 200 and "error" not in out, out
     assert stream["done"] and not stream["malformed"], stream
