@@ -3,7 +3,9 @@
 Each bound of the rule is one that real vLLM's configuration enforces after argparse accepted the flag: the real
 `vllm serve` (CPU build of 0.32.0, on the tiny local model) parses the value and then exits non-zero naming the field
 and the bound, before any weight is loaded; on an A800 that happens after the running server was stopped. The rule
-must refuse exactly those values, and pass the profile's own.
+must refuse exactly those values, and pass the profile's own. Where serve_validate_skip lets such a value through,
+the serve role diagnoses the failed start from its log: the error catalogue must name each of these real refusals
+launch_value_out_of_range (the rollback that follows is held on the real engine by the real-engine scenario).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import pytest
 import real_vllm
 import yaml
 from ansible_collections.a800.vllm.plugins.filter.vllm_launch_rules import VALUE_RANGES, _value_range_check
+from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import diagnose, split_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"]
+CATALOGUE = yaml.safe_load((ROOT / "roles/a800/defaults/main/catalogue.yml").read_text())["a800_error_catalogue"]
 
 pytestmark = pytest.mark.contract
 
@@ -73,3 +77,5 @@ def test_real_vllm_refuses_what_the_rule_refuses(key, tiny_model):
     assert run.returncode not in (0, 2), said[-3000:]  # parsed (not exit 2), then refused
     assert key.split(".")[-1] in said and bound in said, said[-3000:]
     assert "Loading safetensors checkpoint shards" not in said  # refused before any weight was read
+    found = [entry["name"] for entry in diagnose(split_lines(said), CATALOGUE)]
+    assert found[:1] == ["launch_value_out_of_range"], (found, said[-3000:])

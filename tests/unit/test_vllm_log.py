@@ -532,6 +532,7 @@ def test_real_clean_start_matches_no_entry_and_keeps_the_markers_apart():
         ("missing-model-dir.log", "model_files_missing"),
         ("unknown-tool-parser.log", "unknown_parser"),
         ("unknown-attention-backend.log", "sparse_backend_missing"),
+        ("value-out-of-range.log", "launch_value_out_of_range"),
     ],
 )
 def test_real_failures_are_diagnosed(log, primary):

@@ -1,10 +1,10 @@
 """site.yml on the real vLLM engine (CPU build), after converge.
 
 The tests run in file order: the real engine serves the tiny model through the roles (its image built by the image
-role from the real engine's image, its log read by the serve and verify phases); the report judged it; then launches
-that real vLLM refuses only at start - past the parser, so the rules that would stop them are skipped here
-(serve_validate_skip) - fail with the diagnosis read from the real log and the last good launch restored; last, the
-second run of site.yml changes nothing.
+role from the real engine's image, its log read by the serve and verify phases); the report judged it; then a launch
+that real vLLM refuses only at start, past the parser and the launch rules (a KV cache too small for one request),
+fails with the diagnosis read from the real log and the last good launch restored; last, the second run of site.yml
+changes nothing.
 """
 
 from __future__ import annotations
@@ -95,31 +95,25 @@ def test_the_report_judged_the_real_engine():
 
 
 @pytest.mark.parametrize(
-    ("launch", "skip", "diagnosis", "evidence"),
+    ("launch", "diagnosis", "evidence"),
     [
-        # An unknown parser is diagnosed from the real engine's own log in tests/unit (the fixture
-        # tests/fixtures/vllm-logs/real-0.32-cpu/unknown-tool-parser.log); each case here costs two real starts.
-        pytest.param(
-            {"gpu_memory_utilization": 1.5},
-            "value_ranges",
-            "launch_value_out_of_range",
-            "Input should be less than or equal to 1 [type=less_than_equal, input_value=1.5",
-            id="utilization-above-1",
-        ),
+        # Each case here costs two real starts (the refused one and the rollback's), so one case holds the
+        # diagnose-and-roll-back path on the real engine. The other refusals are diagnosed from the real engine's own
+        # output without the roles: an unknown parser from a recorded log in tests/unit (the fixtures of
+        # tests/fixtures/vllm-logs/real-0.32-cpu), and every bound of the value_ranges rule (gpu_memory_utilization
+        # 1.5 among them) by tests/contract/test_value_ranges_contract.py, which starts the real engine with each
+        # value and runs the error catalogue on what it said.
         pytest.param(
             {"kv_cache_memory_bytes": "1M"},
-            None,
             "max_model_len_exceeds_kv_cache",
             "To serve at least one request with the model's max seq len (4096)",
             id="kv-cache-too-small",
         ),
     ],
 )
-def test_a_launch_the_real_engine_refuses_is_diagnosed_and_rolled_back(launch, skip, diagnosis, evidence):
+def test_a_launch_the_real_engine_refuses_is_diagnosed_and_rolled_back(launch, diagnosis, evidence):
     good = config_hash()
     extra = {"model_profile_overrides": {"launch": launch}}
-    if skip:
-        extra["serve_validate_skip"] = [skip]
     run = playbook("-e", json.dumps(extra))
     assert run.returncode != 0
     text = said(run)
