@@ -60,16 +60,6 @@ def said(run: subprocess.CompletedProcess) -> str:
     return " ".join((run.stdout + run.stderr).split())
 
 
-def changed_tasks(run: subprocess.CompletedProcess) -> list[str]:
-    task, changed = "", []
-    for line in run.stdout.splitlines():
-        if line.startswith("TASK ["):
-            task = line.split("]")[0] + "]"
-        elif line.startswith("changed: "):
-            changed.append(task)
-    return changed
-
-
 def container(name: str) -> dict:
     out = subprocess.run(
         ["docker", "exec", name, "docker", "inspect", NAME], capture_output=True, text=True, check=True
@@ -322,10 +312,9 @@ def batches(run: subprocess.CompletedProcess, play: str) -> list[list[str]]:
     return [sorted(set(re.findall(r"^\w+: \[(a800-mol-serve-\d)\]", part, re.M))) for part in parts]
 
 
-def test_only_what_goes_down_rolls_the_rest_runs_side_by_side(host):
-    """A server stopped by hand restarts, alone and after the one that keeps running; then a host phase with nothing
-    to do on either host runs both side by side, in one batch, and changes nothing
-    (docs/field.md#hosts-side-by-side)."""
+def test_only_what_goes_down_rolls(host):
+    """A server stopped by hand restarts, alone and after the one that keeps running. (A host phase with nothing to
+    do on either host runs both side by side: test_serving_safe.py, after its dockerd restart.)"""
     only_once(host)
     converged = playbook()  # both hosts run the inventory's launch first, whatever the tests before changed
     assert converged.returncode == 0, converged.stdout[-4000:] + converged.stderr[-2000:]
@@ -336,13 +325,6 @@ def test_only_what_goes_down_rolls_the_rest_runs_side_by_side(host):
     assert batches(run, "Serve - the vLLM server") == [[H2], [H1]], run.stdout[-6000:]
     assert started(H2) == before_h2  # kept running
     assert http(H1, "/health")[0] == 200
-
-    run = playbook(playbook="playbooks/host.yml")
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    host_play = "Host - NVIDIA driver, container runtime and Docker, host tuning"
-    assert batches(run, host_play) == [[H1, H2]], run.stdout[-6000:]
-    assert "side by side: serving; nothing disruptive" in said(run)
-    assert changed_tasks(run) == [], run.stdout[-6000:]
 
 
 def test_a_failing_change_stops_at_the_first_host(host):

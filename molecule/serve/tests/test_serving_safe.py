@@ -1,10 +1,10 @@
 """Re-runs of the host phase over serving hosts never disturb a server (issue: serving-safe re-runs).
 
 After test_serve.py (file order): a daemon.json change restarts dockerd and the server keeps running with its GPUs
-(live-restore); a re-run with nothing changed reloads and restarts nothing; a `systemctl daemon-reload` takes the
-GPUs from a server created without NVIDIA's /dev/char links (the test bed models systemd's device-rule
-re-application, docs/testbed.md) and leaves those of a server created with them; a driver pin change reboots the
-two hosts one after the other, the second only when the first serves again.
+(live-restore); a re-run with nothing changed runs both hosts side by side and reloads and restarts nothing; a
+`systemctl daemon-reload` takes the GPUs from a server created without NVIDIA's /dev/char links (the test bed models
+systemd's device-rule re-application, docs/testbed.md) and leaves those of a server created with them; a driver pin
+change reboots the two hosts one after the other, the second only when the first serves again.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import subprocess
 import time
 
-from test_serve import H1, H2, NAME, http, only_once, playbook, said, started, ts
+from test_serve import H1, H2, NAME, batches, http, only_once, playbook, said, started, ts
 
 testinfra_hosts = ["a800_servers"]
 
@@ -97,12 +97,18 @@ def test_a_daemon_json_change_restarts_dockerd_and_the_server_keeps_running(host
 
 
 def test_a_re_run_with_nothing_changed_reloads_and_restarts_nothing(host):
+    """The host phase again on both hosts, one of them just past its dockerd restart: nothing to do on either, so
+    both run side by side, in one batch, and nothing changes, reloads or restarts (docs/field.md#hosts-side-by-side)."""
     only_once(host)
-    before, engine = started(H1), dockerd(H1)
-    run = playbook("--limit", H1, playbook="playbooks/host.yml")
+    before, engine, before_h2 = started(H1), dockerd(H1), started(H2)
+    run = playbook(playbook="playbooks/host.yml")
     assert run.returncode == 0, said(run)[-3000:]
-    assert changed(run) == []
-    assert dockerd(H1) == engine and started(H1) == before
+    assert batches(run, "Host - NVIDIA driver, container runtime and Docker, host tuning") == [[H1, H2]], said(run)[
+        -6000:
+    ]
+    assert "side by side: serving; nothing disruptive" in said(run)
+    assert changed(run) == [], said(run)[-6000:]
+    assert dockerd(H1) == engine and started(H1) == before and started(H2) == before_h2
 
 
 def test_a_daemon_reload_takes_the_gpus_of_a_server_created_without_the_links(host):
