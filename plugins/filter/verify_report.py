@@ -6,10 +6,12 @@ play's output and set_stats all show the same thing.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ansible_collections.a800.vllm.plugins.module_utils import nvidia_smi
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, PENDING, WARN, check, counts
+from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import format_duration, ledger_growth
 
 GIB = 1024**3
 GB = 1e9
@@ -109,6 +111,58 @@ def verify_summary(checks: list[dict]) -> dict:
     return {**by_status, "total": len(checks), "ok": by_status[FAIL] == 0}
 
 
+# What usually cuts each phase of a start (the warning's fix names those that are slow).
+START_CUTS = {
+    "p2p_check": "the P2P result is cached under ~/.cache/vllm (keep it across containers), or VLLM_SKIP_P2P_CHECK=1 "
+    "where the GPU communication check proved P2P on this host",
+    "model_loading": "the weights in the page cache before the start (the weights role's prewarm; from disk the "
+    "article's restart takes ~22 min instead of ~6)",
+    "torch_compile": "the compile cache kept across containers (~/.cache/vllm/torch_compile_cache)",
+    "kv_cache": "a smaller profiling run (max_num_batched_tokens)",
+    "cuda_graphs": "fewer capture sizes: a lower max_num_seqs (one A800 report: 256 -> 32 cut 86 s to 66 s)",
+    "api_server": "read the log between the engine's init and Application startup complete",
+}
+
+
+def verify_start_ledger_check(ledger: dict, last_report: str | None = None, budget: dict | None = None) -> dict:
+    """The start's ledger as a check: where its time went (vllm_readiness's `ledger`); a warning naming each phase
+    over its budget (model_profile.baselines.start_s, seconds per phase) and, when the last report on the control
+    node (its verify.json text, '' or None when there is none) was of another start of this server, each phase that
+    grew since (the second start of a host should not be slower than the first)."""
+    name, fact = "start_ledger", "the server log since its start: the engine's own phase timings"
+    if not (ledger or {}).get("ready"):
+        return check(
+            name, PENDING, fact, None, "logged", "the log shows no complete start (Application startup complete.)"
+        )
+    phases = ledger.get("phases") or []
+    listed = ", ".join(f"{p['label']} {p['s']:g} s" for p in phases) or "no phase timings logged"
+    total = ledger.get("total_s")
+    detail = f"the start took {format_duration(total)}" if total is not None else "the start's total is unknown"
+    detail += f": {listed}" + (f", other {ledger['other_s']:g} s" if ledger.get("other_s") is not None else "")
+    budget = {key: float(value) for key, value in (budget or {}).items() if value is not None}
+    expected = "each phase within its budget" if budget else "logged"
+    over = [p for p in phases if p["phase"] in budget and p["s"] > budget[p["phase"]]]
+    problems = [f"{p['label']} {p['s']:g} s, over its budget of {budget[p['phase']]:g} s" for p in over]
+    slow = {p["phase"] for p in over}
+    try:
+        last = (json.loads(last_report) if last_report else {}).get("ledger") or {}
+    except (ValueError, AttributeError):
+        last = {}
+    if last and last.get("started_at") != ledger.get("started_at"):
+        grew = ledger_growth(last, ledger)
+        if grew:
+            problems.append(
+                f"slower than the last start ({last.get('started_at')}): " + "; ".join(g["text"] for g in grew)
+            )
+            slow |= {g["phase"] for g in grew}
+        else:
+            detail += f"; no phase slower than the last start's ({last.get('started_at')})"
+    if not problems:
+        return check(name, PASS, fact, total, expected, detail)
+    cuts = "; ".join(f"{p['label']}: {START_CUTS[p['phase']]}" for p in phases if p["phase"] in slow)
+    return check(name, WARN, fact, total, expected, detail + "; " + "; ".join(problems), cuts)
+
+
 VERIFY_QUERY = ("index", "name", "memory.used", "memory.total", "utilization.gpu")
 
 
@@ -193,6 +247,7 @@ class FilterModule:
             "verify_gpu_checks": verify_gpu_checks,
             "verify_summary": verify_summary,
             "verify_kv_capacity_check": verify_kv_capacity_check,
+            "verify_start_ledger_check": verify_start_ledger_check,
             "verify_monitoring_checks": verify_monitoring_checks,
             "nvidia_smi_rows": nvidia_smi_rows,
         }

@@ -12,6 +12,16 @@ serving host, the unit tests on the control node. The startup lines recognised h
     Graph capturing finished in 66 secs, took 2.40 GiB
     Starting vLLM API server 0 on http://0.0.0.0:8001             (0.32: `Starting vLLM server on http://…`)
     Application startup complete.
+
+and, for the ledger of a start (ledger()), the lines in which the engine times its own phases:
+
+    Loading weights took 0.01 seconds                             (model_loader/default_loader.py)
+    torch.compile took 41.20 s in total                           (compilation/monitor.py; one per compiled graph;
+                                                                  `takes` in older releases)
+    init engine (profile, create kv cache, warmup model) took 0.06 s   (v1/engine/core.py; older: `… seconds`,
+                                                                   0.32 adds `(compilation: … s)`)
+    generating GPU P2P access cache in /root/.cache/vllm/gpu_p2p_access_cache_for_0,1.json
+                                                                  (distributed/device_communicators/all_reduce_utils.py)
 """
 
 from __future__ import annotations
@@ -33,6 +43,14 @@ KV_CONCURRENCY_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per req
 GRAPHS_RE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
 API_STARTING_RE = re.compile(r"Starting vLLM (?:API )?server")
 READY_LINE = "Application startup complete."
+# The ledger's lines (vLLM 0.26 ... 0.32 and the double; the seconds are the engine's own figures)
+WEIGHTS_TOOK_RE = re.compile(r"Loading weights took ([\d.]+) s")
+COMPILE_TOOK_RE = re.compile(r"torch\.compile (?:took|takes) ([\d.]+) s in total")  # `takes` before 0.3x
+ENGINE_INIT_RE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+ENGINE_INIT_COMPILE_RE = re.compile(r"\(compilation: ([\d.]+) s")
+P2P_CHECK_RE = re.compile(r"generating GPU P2P access cache in")
+# vLLM's own line prefix: `INFO 11-30 09:06:31 [file.py:12]` (month-day, no year)
+VLLM_STAMP_RE = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[")
 # The engine is gone while the API server process may still run (and answer /health with 503).
 ENGINE_DEAD_RE = re.compile(
     r"EngineCore encountered a fatal error|Engine core initialization failed|EngineDeadError|EngineCore failed to start"
@@ -121,6 +139,121 @@ def progress(lines: Iterable[str]) -> dict[str, Any]:
             reach("ready")
     result["phase"] = PHASES[reached]
     return result
+
+
+def vllm_stamps(lines: Sequence[str]) -> list[float | None]:
+    """Seconds of each line's own vLLM time stamp (`INFO 11-30 09:06:31 [...]`), relative to an arbitrary origin, for
+    differences within one log; a line without one (tqdm's bar, uvicorn's `INFO:     Application startup complete.`,
+    a traceback) takes the last stamp before it (None before the first). The stamps carry no year: one that goes
+    back more than a day is taken as the next year's."""
+    stamps: list[float | None] = []
+    last: float | None = None
+    year_s = 0.0
+    for line in lines:
+        match = VLLM_STAMP_RE.search(line)
+        if match:
+            month, day, hour, minute, second = (int(g) for g in match.groups())
+            # day of a 366-day year (Feb 29 exists), enough for differences inside one log
+            stamp = year_s + (_DAYS_BEFORE[month - 1] + day - 1) * 86400.0 + hour * 3600 + minute * 60 + second
+            if last is not None and stamp < last - 86400:
+                year_s += 366 * 86400.0
+                stamp += 366 * 86400.0
+            last = stamp
+        stamps.append(last)
+    return stamps
+
+
+STAMP_RESOLUTION_S = 1.0
+_DAYS_BEFORE = (0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335)
+
+# The ledger's phases, in the order a start runs them, with the words people read.
+LEDGER_PHASES = (
+    ("p2p_check", "P2P check"),
+    ("model_loading", "model loading (weights)"),
+    ("torch_compile", "torch.compile"),
+    ("kv_cache", "KV-cache profiling and allocation"),
+    ("cuda_graphs", "CUDA graph capture"),
+    ("api_server", "API server up"),
+)
+
+
+def ledger(lines: Sequence[str], stamps: Sequence[float | None] | None = None) -> dict[str, Any]:
+    """Where a start's time went, from its log: the seconds of each phase the engine reports (weights and model
+    loading, torch.compile, the engine's init - its profiling run, KV cache and warmup, CUDA graph capture - from the
+    engine's own `took` figures), the P2P check and the API server's start from the lines' time stamps, and the
+    total from the first line to `Application startup complete.`.
+
+    `stamps`: each line's time in epoch seconds (docker logs --timestamps), None where unknown; without them, vLLM's
+    own second-resolution stamps (vllm_stamps()). Keys: phases (LEDGER_PHASES order, only those the log shows:
+    {phase, label, s}), weights_s (the part of model loading spent reading the weights), total_s (None until the
+    start completes), other_s (the total less the phases: process start, imports, configuration, distributed
+    set-up; None when the phases' figures exceed the wall time, as the test double's simulated ones do), ready."""
+    stamps = list(stamps) if stamps is not None else vllm_stamps(lines)
+    if len(stamps) != len(lines):
+        raise ValueError("ledger(): one stamp per line")
+    figures: dict[str, float] = {}
+    compile_s = 0.0
+    compile_seen = False
+    first = next((s for s in stamps if s is not None), None)
+    engine_ready_at = ready_at = None
+    for index, line in enumerate(lines):
+        if match := MODEL_LOADED_RE.search(line):
+            figures["model_loading"] = float(match.group(2))
+        elif match := WEIGHTS_TOOK_RE.search(line):
+            figures["weights"] = float(match.group(1))
+        elif match := COMPILE_TOOK_RE.search(line):
+            compile_s += float(match.group(1))
+            compile_seen = True
+        elif match := GRAPHS_RE.search(line):
+            figures["cuda_graphs"] = float(match.group(1))
+        elif match := ENGINE_INIT_RE.search(line):
+            figures["engine_init"] = float(match.group(1))
+            if not compile_seen and (inner := ENGINE_INIT_COMPILE_RE.search(line)):
+                compile_s, compile_seen = float(inner.group(1)), True
+            engine_ready_at = stamps[index]
+        elif P2P_CHECK_RE.search(line):
+            after = next((s for s in stamps[index + 1 :] if s is not None and s != stamps[index]), stamps[index])
+            if stamps[index] is not None and after is not None:
+                figures["p2p_check"] = round(after - stamps[index], 2)
+        elif READY_LINE in line and ready_at is None:
+            ready_at = stamps[index]
+    if compile_seen:
+        figures["torch_compile"] = round(compile_s, 2)
+    if "model_loading" not in figures and "weights" in figures:
+        figures["model_loading"] = figures["weights"]  # the CPU build logs no `Model loading took`
+    if "engine_init" in figures:
+        rest = figures["engine_init"] - figures.get("torch_compile", 0.0) - figures.get("cuda_graphs", 0.0)
+        figures["kv_cache"] = round(max(rest, 0.0), 2)
+    if engine_ready_at is not None and ready_at is not None:
+        figures["api_server"] = round(max(ready_at - engine_ready_at, 0.0), 2)
+    phases = [{"phase": name, "label": label, "s": figures[name]} for name, label in LEDGER_PHASES if name in figures]
+    total = round(ready_at - first, 2) if ready_at is not None and first is not None else None
+    counted = sum(p["s"] for p in phases)
+    # the stamps count whole seconds: a total up to STAMP_RESOLUTION_S short of the phases still holds them
+    other = round(max(total - counted, 0.0), 2) if total is not None and total >= counted - STAMP_RESOLUTION_S else None
+    return {
+        "phases": phases,
+        "weights_s": figures.get("weights"),
+        "total_s": total,
+        "other_s": other,
+        "ready": ready_at is not None,
+    }
+
+
+def ledger_growth(previous: Mapping[str, Any] | None, current: Mapping[str, Any], min_s: float = 5.0) -> list[dict]:
+    """The phases that took longer in `current` than in `previous` (another start's ledger), by more than `min_s`
+    seconds and 10 %, the largest growth first: {phase, label, before, after, text}, the text e.g.
+    `CUDA graph capture 66 s -> 86 s (+20 s)`; [] without a previous ledger."""
+    if not previous:
+        return []
+    before = {p["phase"]: p["s"] for p in previous.get("phases") or []}
+    grew = []
+    for phase in current.get("phases") or []:
+        old, new = before.get(phase["phase"]), phase["s"]
+        if old is not None and new - old > max(min_s, 0.1 * old):
+            text = f"{phase['label']} {old:g} s -> {new:g} s (+{new - old:.0f} s)"
+            grew.append({"phase": phase["phase"], "label": phase["label"], "before": old, "after": new, "text": text})
+    return sorted(grew, key=lambda g: g["after"] - g["before"], reverse=True)
 
 
 def eta_s(progress_now: Mapping[str, Any], elapsed_s: float | None) -> float | None:

@@ -138,6 +138,15 @@ progress:
     graph_seconds: null
     eta_s: 188.0
     elapsed_s: 240.5
+ledger:
+  description:
+    - Where the start's time went (plugins/module_utils/vllm_log.py ledger()) - phases (in the order a start runs
+      them, those the log shows - phase, label, s - of p2p_check, model_loading, torch_compile, kv_cache,
+      cuda_graphs, api_server), weights_s, total_s (first log line to C(Application startup complete.), null until
+      then), other_s (the total less the phases, null when they exceed it), ready - plus started_at (the
+      container's start, RFC 3339), which tells one start from another.
+  returned: always
+  type: dict
 diagnosis:
   description:
     - Every catalogue entry that matches a log line, in catalogue order (the first is the primary diagnosis) -
@@ -205,6 +214,7 @@ from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import (  # noq
     diagnose,
     engine_dead,
     eta_s,
+    ledger,
     markers,
     progress,
     split_lines,
@@ -532,6 +542,7 @@ def result(
         "state": state,
         "message": message,
         "progress": prog,
+        "ledger": {**ledger(obs.lines), "started_at": obs.state.get("StartedAt")},
         "diagnosis": diagnosis,
         "markers": markers(obs.lines, params.get("required_markers") or [], params.get("forbidden_markers") or []),
         "exit_code": None if not obs.exists or obs.state.get("Running") else obs.state.get("ExitCode"),

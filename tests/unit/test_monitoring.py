@@ -23,6 +23,7 @@ from plugins.filter.monitoring import (
     monitoring_prometheus_url,
     monitoring_scrape_jobs,
     monitoring_target_errors,
+    vllm_start_metrics,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -656,3 +657,25 @@ def test_a_host_without_the_exporter_gets_no_dcgm_check():
     for expected in (False, "False", None):
         names = [c["name"] for c in verify_monitoring_checks(dict(base, dcgm_expected=expected, dcgm_up=None), "h")]
         assert "monitoring:dcgm" not in names
+
+
+# --- the start's ledger as metrics (the serve role's textfile) ----------------------------------------------------
+
+
+def test_the_start_ledger_is_exposition_format_promtool_accepts():
+    ledger = {
+        "phases": [
+            {"phase": "model_loading", "label": "model loading (weights)", "s": 352.0},
+            {"phase": "cuda_graphs", "label": "CUDA graph capture", "s": 66.5},
+        ],
+        "total_s": 441.0,
+    }
+    text = vllm_start_metrics(ledger, "glm52-nvfp4")
+    assert 'a800_vllm_start_phase_seconds{container="glm52-nvfp4",phase="cuda_graphs"} 66.5' in text.splitlines()
+    assert 'a800_vllm_start_seconds{container="glm52-nvfp4"} 441' in text.splitlines()
+    lint = subprocess.run(
+        [tool("promtool"), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    # a start still running: its phases so far, no total
+    assert "a800_vllm_start_seconds" not in vllm_start_metrics(dict(ledger, total_s=None), "glm52-nvfp4")

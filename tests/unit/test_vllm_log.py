@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.a800.vllm.plugins.filter.verify_report import verify_kv_capacity_check
+from ansible_collections.a800.vllm.plugins.filter.verify_report import (
+    START_CUTS,
+    verify_kv_capacity_check,
+    verify_start_ledger_check,
+)
 from ansible_collections.a800.vllm.plugins.module_utils import vllm_log
 from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import (
     diagnose,
@@ -589,6 +593,14 @@ def test_double_clean_start_matches_no_entry_and_reaches_ready(double):
     assert (result["shards_done"], result["shards_total"], result["percent"]) == (4, 4, 100)
     assert result["load_gib"] > 50 and result["kv_cache_tokens"] > 65536 and result["graph_seconds"] > 60
     assert markers(lines, LOG_MARKERS["required"], LOG_MARKERS["forbidden"])["ok"] is True
+    # the A800-shaped ledger: the double logs the engine's own figures with its simulated A800 seconds
+    start = vllm_log.ledger(lines)
+    assert [p["phase"] for p in start["phases"]] == ["model_loading", "kv_cache", "cuda_graphs", "api_server"]
+    figures = {p["phase"]: p["s"] for p in start["phases"]}
+    assert figures["cuda_graphs"] == result["graph_seconds"] and figures["model_loading"] == result["load_seconds"]
+    assert start["weights_s"] == result["load_seconds"] and start["ready"] is True
+    # its lines' stamps follow the simulated clock, so the phases fit in the total between the first and last line
+    assert start["other_s"] is not None and start["total_s"] >= sum(figures.values()) - 1, start  # 1 s stamps
 
 
 @pytest.mark.parametrize(
@@ -674,3 +686,121 @@ def test_the_kv_capacity_warns_when_max_num_seqs_exceeds_the_full_length_request
     if status == "warn":
         assert "max_num_seqs to 2" in verdict["fix"]
     assert verify_kv_capacity_check({"kv_concurrency": None}, 16)["status"] == "pending"
+
+
+# --- the ledger of a start ----------------------------------------------------------------------------------------
+def stamped(*lines: str) -> list[str]:
+    return [f"(EngineCore_DP0 pid=1) INFO {stamp} [x.py:1] {text}" if stamp else text for stamp, text in lines]
+
+
+def test_the_ledger_of_the_real_cpu_start():
+    """The real engine's clean start (CPU build 0.32, recorded): the weights and the engine's init from its own `took`
+    figures, the API server's start and the total from its time stamps; no GPU phases on the CPU."""
+    start = vllm_log.ledger(split_lines(raw(REAL_LOGS / "startup-ok.log")))
+    assert start["phases"] == [
+        {"phase": "model_loading", "label": "model loading (weights)", "s": 0.01},
+        {"phase": "kv_cache", "label": "KV-cache profiling and allocation", "s": 0.06},
+        {"phase": "api_server", "label": "API server up", "s": 1.0},
+    ]
+    # 09:06:31 (the first stamped line) to uvicorn's unstamped `Application startup complete.`, which takes the
+    # stamp before it (09:06:57)
+    assert (start["weights_s"], start["total_s"], start["other_s"], start["ready"]) == (0.01, 26.0, 24.93, True)
+
+
+def test_the_ledger_splits_the_engine_init_into_compile_kv_cache_and_graphs():
+    lines = stamped(
+        ("11-30 10:00:00", "vLLM API server version 0.26.0"),
+        ("11-30 10:00:30", "generating GPU P2P access cache in /root/.cache/vllm/gpu_p2p_access_cache_for_0,1.json"),
+        ("11-30 10:01:30", "Loading weights took 12.50 seconds"),
+        ("11-30 10:01:31", "Model loading took 54.1 GiB memory and 20.000000 seconds"),
+        ("11-30 10:01:45", "torch.compile took 30.00 s in total"),
+        ("11-30 10:02:00", "torch.compile takes 10.00 s in total"),  # the older releases' wording
+        ("11-30 10:03:30", "Graph capturing finished in 66 secs, took 2.40 GiB"),
+        ("11-30 10:03:31", "init engine (profile, create kv cache, warmup model) took 120.00 seconds"),
+        ("11-30 10:03:40", "Starting vLLM API server 0 on http://0.0.0.0:8001"),
+        (None, "INFO:     Application startup complete."),
+    )
+    start = vllm_log.ledger(lines)
+    assert {p["phase"]: p["s"] for p in start["phases"]} == {
+        "p2p_check": 60.0,  # to the next line's stamp
+        "model_loading": 20.0,
+        "torch_compile": 40.0,  # one line per compiled graph, added
+        "kv_cache": 14.0,  # the engine's init less compile and graphs
+        "cuda_graphs": 66.0,
+        "api_server": 9.0,
+    }
+    assert [p["phase"] for p in start["phases"]] == [name for name, _ in vllm_log.LEDGER_PHASES]  # the start's order
+    assert (start["weights_s"], start["total_s"], start["other_s"]) == (12.5, 220.0, 11.0)
+
+
+def test_the_ledger_takes_the_compile_time_from_the_engine_init_line_of_0_32():
+    lines = stamped(
+        ("12-31 23:59:50", "vLLM API server version 0.32.0"),
+        ("01-01 00:00:10", "init engine (profile, create kv cache, warmup model) took 15.00 s (compilation: 9.50 s)"),
+        ("01-01 00:00:12", "Application startup complete."),
+    )
+    start = vllm_log.ledger(lines)
+    assert {p["phase"]: p["s"] for p in start["phases"]} == {"torch_compile": 9.5, "kv_cache": 5.5, "api_server": 2.0}
+    assert start["total_s"] == 22.0  # across the new year: the stamps carry no year
+
+
+def test_a_start_still_running_has_no_total():
+    lines = stamped(
+        ("11-30 10:00:00", "vLLM API server version 0.26.0"), ("11-30 10:01:00", "Loading weights took 1 s")
+    )
+    start = vllm_log.ledger(lines)
+    assert (start["ready"], start["total_s"], start["other_s"]) == (False, None, None)
+    assert verify_start_ledger_check(start)["status"] == "pending"
+
+
+LEDGER = {"phases": [{"phase": "cuda_graphs", "label": "CUDA graph capture", "s": 66.0},
+                     {"phase": "model_loading", "label": "model loading (weights)", "s": 20.0}],
+          "total_s": 120.0, "other_s": 34.0, "ready": True, "started_at": "2026-12-06T10:00:00Z"}  # fmt: skip
+
+
+def slower(**seconds: float) -> dict:
+    phases = [dict(p, s=seconds.get(p["phase"], p["s"])) for p in LEDGER["phases"]]
+    return dict(LEDGER, phases=phases, started_at="2026-12-06T11:00:00Z")
+
+
+def test_a_start_slower_than_the_last_names_the_phases_that_grew():
+    verdict = verify_start_ledger_check(slower(cuda_graphs=86.0, model_loading=80.0), json.dumps({"ledger": LEDGER}))
+    assert verdict["status"] == "warn"
+    # the largest growth first; each with both figures
+    assert verdict["detail"].endswith(
+        "model loading (weights) 20 s -> 80 s (+60 s); CUDA graph capture 66 s -> 86 s (+20 s)"
+    ), verdict["detail"]
+    assert "page cache" in verdict["fix"]
+
+
+@pytest.mark.parametrize(
+    ("current", "last"),
+    [
+        (slower(cuda_graphs=70.0), {"ledger": LEDGER}),  # +4 s: within the noise
+        (dict(LEDGER, phases=[dict(p, s=p["s"] * 3) for p in LEDGER["phases"]]), {"ledger": LEDGER}),  # same start
+        (slower(cuda_graphs=86.0), {}),  # no ledger in the last report
+        (slower(cuda_graphs=86.0), None),  # no last report
+    ],
+)
+def test_a_start_is_compared_only_with_another_start(current, last):
+    verdict = verify_start_ledger_check(current, json.dumps(last) if last is not None else "")
+    assert verdict["status"] == "pass", verdict
+    assert verdict["measured"] == 120.0 and "CUDA graph capture" in verdict["detail"]
+
+
+def test_an_unreadable_last_report_is_no_comparison():
+    assert verify_start_ledger_check(slower(cuda_graphs=86.0), "{not json")["status"] == "pass"
+
+
+def test_a_phase_over_its_budget_is_named_with_what_cuts_it():
+    budget = {"cuda_graphs": 60, "model_loading": 360, "p2p_check": 60}
+    verdict = verify_start_ledger_check(LEDGER, "", budget)
+    assert verdict["status"] == "warn" and verdict["expected"] == "each phase within its budget"
+    assert verdict["detail"].endswith("CUDA graph capture 66 s, over its budget of 60 s"), verdict["detail"]
+    assert verdict["fix"].startswith("CUDA graph capture: fewer capture sizes") and "page cache" not in verdict["fix"]
+    assert verify_start_ledger_check(LEDGER, "", dict(budget, cuda_graphs=66))["status"] == "pass"  # at the budget
+
+
+def test_the_production_profile_budgets_every_phase_of_the_ledger():
+    profile = yaml.safe_load(MODEL_PROFILE.read_text())["model_profile"]
+    assert set(profile["baselines"]["start_s"]) == {name for name, _ in vllm_log.LEDGER_PHASES} == set(START_CUTS)

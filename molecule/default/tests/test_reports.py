@@ -1,6 +1,6 @@
 """The evidence site.yml leaves on the control node: reports/<host>/verify.json and report.md, every check passing but
 the one warning the article's launch earns (kv_capacity: 64k-token requests, 16 at once, in a KV cache that holds
-fewer than 3 of them)."""
+fewer than 3 of them), and the start's ledger, which may warn about the page cache."""
 
 import json
 import os
@@ -14,12 +14,34 @@ def test_verify_json_all_pass_but_the_kv_capacity_warning(host):
     report = json.loads((ROOT / "reports" / host.backend.get_hostname() / "verify.json").read_text())
     assert report["summary"]["ok"] is True
     statuses = {c["name"]: c["status"] for c in report["checks"]}
-    assert {name: status for name, status in statuses.items() if status != "pass"} == {"kv_capacity": "warn"}, statuses
+    # start_ledger: the double loads its weights at the article's ~6 min (the budget) from a hot page cache, and CI's
+    # memory pressure evicts some of them; so it may warn, and then for model loading alone
+    ledger = next(c for c in report["checks"] if c["name"] == "start_ledger")
+    page_cache_only = ledger["fix"].startswith("model loading (weights): the weights in the page cache") and (
+        "CUDA graph capture" not in ledger["fix"]
+    )
+    assert ledger["status"] == "pass" or (ledger["status"] == "warn" and page_cache_only), ledger
+    others = {name: status for name, status in statuses.items() if status != "pass" and name != "start_ledger"}
+    assert others == {"kv_capacity": "warn"}, statuses
     kv = next(c for c in report["checks"] if c["name"] == "kv_capacity")
     assert "fewer than max_num_seqs 16" in kv["detail"] and "max_num_seqs to 2" in kv["fix"]
     for name in ("log:sparse_backend_in_use", "log:no_dense_fallback", "answer_17x24", "chat_short_prompt",
                  "chat_long_prompt", "tool_call_auto", "stream", "mtp_acceptance"):  # fmt: skip
         assert name in statuses
+
+
+def test_the_start_ledger_is_a800_shaped(host):
+    """Where the double's start went, from the lines it logs as the engine does, with its simulated A800 seconds:
+    model loading, the engine's profiling and KV cache, CUDA graph capture, the API server (no torch.compile or P2P
+    lines on the double); the report shows the table."""
+    folder = ROOT / "reports" / host.backend.get_hostname()
+    ledger = json.loads((folder / "verify.json").read_text())["ledger"]
+    assert [p["phase"] for p in ledger["phases"]] == ["model_loading", "kv_cache", "cuda_graphs", "api_server"], ledger
+    figures = {p["phase"]: p["s"] for p in ledger["phases"]}
+    assert figures["cuda_graphs"] >= 64 and figures["kv_cache"] > 0, figures  # the double's A800 capture: 64 s + ...
+    assert ledger["ready"] is True and ledger["total_s"] > 0 and ledger["started_at"], ledger
+    text = (folder / "report.md").read_text()
+    assert "## Start: where its" in text and "| CUDA graph capture | " in text, text
 
 
 def test_report_md_has_the_verdict_and_the_table(host):

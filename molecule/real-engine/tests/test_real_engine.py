@@ -87,6 +87,11 @@ def test_the_report_judged_the_real_engine():
     assert checks["chat_long_prompt"]["measured"] > 2048
     assert checks["kv_capacity"]["measured"] == 32.0  # 131,072 tokens / 4,096 per request, from the real log
     assert report["startup"]["kv_cache_tokens"] == 131072
+    # the real engine's start ledger: its own `took` figures (CPU: no model-loading line, compile, graphs or P2P)
+    ledger = report["ledger"]
+    assert [p["phase"] for p in ledger["phases"]] == ["model_loading", "kv_cache", "api_server"], ledger
+    assert ledger["ready"] is True and ledger["total_s"] > 0 and ledger["weights_s"] is not None, ledger
+    assert checks["start_ledger"]["status"] == "pass", checks["start_ledger"]
     bench = json.loads((ROOT / "reports" / HOST / "bench.json").read_text())["bench"]
     assert bench["tool"] == "vllm"  # `vllm bench serve` inside the real engine's container
     assert bench["status"] == "pass", [c for c in bench["checks"] if c["status"] != "pass"]

@@ -6,9 +6,19 @@ import os
 import sys
 import time
 
+# Seconds the simulated clock (startup.Clock) ran ahead of the real one: the lines' stamps follow the simulated A800
+# start, so that a ledger read from the stamps (plugins/module_utils/vllm_log.py ledger()) adds up with the `took`
+# figures the double logs. Docker's own --timestamps stay real.
+SKEW_S = 0.0
+
+
+def skew(seconds: float) -> None:
+    global SKEW_S
+    SKEW_S += max(seconds, 0.0)
+
 
 def line(level: str, where: str, msg: str, proc: str | None = None) -> str:
-    stamp = time.strftime("%m-%d %H:%M:%S")
+    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(time.time() + SKEW_S))
     prefix = f"({proc} pid={os.getpid()}) " if proc else ""
     return f"{prefix}{level} {stamp} [{where}] {msg}"
 

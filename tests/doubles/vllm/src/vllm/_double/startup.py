@@ -132,7 +132,9 @@ class Clock:
                 ],
             )
         self.simulated += seconds
-        time.sleep(max(seconds / self.scale - already_real, 0.0))
+        real = max(seconds / self.scale - already_real, 0.0)
+        time.sleep(real)
+        log.skew(seconds - (already_real + real))
 
 
 @dataclass
