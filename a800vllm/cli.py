@@ -148,6 +148,9 @@ def summary(result: Result) -> str:
             entry = result.phase_data(key).get(host)
             if isinstance(entry, dict) and entry.get("message"):
                 lines.append(f"  {key}: {entry.get('container', '')}: {entry['message']}")
+            start = entry.get("start") if isinstance(entry, dict) else None
+            if isinstance(start, dict) and start.get("status") in ("pass", "warn"):
+                lines.append(f"  last start ({start['status']}): {start.get('detail', '')}")
     for host, alerts in result.phase_data("alerts").items():
         if isinstance(alerts, list):
             names = ", ".join(f"{a.get('alert')} ({a.get('host')}, {a.get('severity')})" for a in alerts)

@@ -188,6 +188,9 @@ def test_the_status_summary_lists_the_alerts_that_fire():
     ]
     text = summary(build(events, "failed", 2))
     assert "gw                       alerts: 1 firing: A800VllmDown (h1, critical)" in text
+    start = {"name": "start_ledger", "status": "warn", "detail": "the start took 7 min 2 s: model loading 401 s"}
+    events[0]["event_data"]["artifact_data"]["status"]["h1"] = {"message": "ready", "start": start}
+    assert "  last start (warn): the start took 7 min 2 s: model loading 401 s" in summary(build(events, "failed", 2))
     quiet = [
         {"event": "playbook_on_stats", "event_data": {"processed": {"gw": 1}, "artifact_data": {"alerts": {"gw": []}}}}
     ]
@@ -488,6 +491,10 @@ def test_deploy_then_status_and_verify(sim_inventory):
     assert any(isinstance(e, TaskResult) and e.status is TaskStatus.CHANGED for e in events)
     status = cli("status", "-i", str(sim_inventory), "--limit", GOOD, "--json", "-q")
     assert status.returncode == 0, status.stdout
-    assert json.loads(status.stdout)["data"]["status"][GOOD]["state"] == "ready"
+    state = json.loads(status.stdout)["data"]["status"][GOOD]
+    assert state["state"] == "ready"
+    # where the last start's time went, judged against the profile's budget (a warning is the page cache's)
+    assert state["ledger"]["ready"] is True and [p["phase"] for p in state["ledger"]["phases"]][-1] == "api_server"
+    assert state["start"]["name"] == "start_ledger" and state["start"]["status"] in ("pass", "warn"), state["start"]
     verify = run("verify", inventory=sim_inventory, limit=GOOD)
     assert verify.ok and verify.verify[GOOD]["summary"]["fail"] == 0
