@@ -132,27 +132,6 @@ def monitoring_dashboard_queries(dashboard: dict, substitutions: dict | None = N
     return queries
 
 
-def vllm_start_metrics(ledger: dict, container: str) -> str:
-    """node exporter's textfile format (the exposition format) for a server's last start: the seconds of each phase
-    of its ledger (vllm_readiness's `ledger`) and the total, labelled with the container."""
-    out = [
-        "# HELP a800_vllm_start_phase_seconds Seconds each phase of the server's last start took, from the engine's "
-        "own log lines.",
-        "# TYPE a800_vllm_start_phase_seconds gauge",
-    ]
-    out += [
-        f'a800_vllm_start_phase_seconds{{container="{container}",phase="{phase["phase"]}"}} {phase["s"]:g}'
-        for phase in (ledger or {}).get("phases") or []
-    ]
-    if (ledger or {}).get("total_s") is not None:
-        out += [
-            "# HELP a800_vllm_start_seconds Seconds from the server's first log line to Application startup complete.",
-            "# TYPE a800_vllm_start_seconds gauge",
-            f'a800_vllm_start_seconds{{container="{container}"}} {ledger["total_s"]:g}',
-        ]
-    return "\n".join(out) + "\n"
-
-
 def monitoring_firing(alerts_response: dict) -> list[dict]:
     """The firing alerts of Prometheus' /api/v1/alerts answer, {alert, severity, host, summary, since}, worst first."""
     alerts = (alerts_response or {}).get("data", {}).get("alerts", [])
@@ -204,7 +183,6 @@ def monitoring_dcgm_image_check(image: str, manifest: dict | None, bundle: str, 
 class FilterModule:
     def filters(self) -> dict:
         return {
-            "vllm_start_metrics": vllm_start_metrics,
             "monitoring_scrape_jobs": monitoring_scrape_jobs,
             "monitoring_target_errors": monitoring_target_errors,
             "monitoring_dashboard_queries": monitoring_dashboard_queries,

@@ -256,6 +256,27 @@ def ledger_growth(previous: Mapping[str, Any] | None, current: Mapping[str, Any]
     return sorted(grew, key=lambda g: g["after"] - g["before"], reverse=True)
 
 
+def start_metrics(ledger: Mapping[str, Any], container: str) -> str:
+    """node exporter's textfile format (Prometheus' exposition format) for a server's last start: the seconds of each
+    phase of its ledger and the total, labelled with the container."""
+    out = [
+        "# HELP a800_vllm_start_phase_seconds Seconds each phase of the server's last start took, from the engine's "
+        "own log lines.",
+        "# TYPE a800_vllm_start_phase_seconds gauge",
+    ]
+    out += [
+        f'a800_vllm_start_phase_seconds{{container="{container}",phase="{phase["phase"]}"}} {phase["s"]:g}'
+        for phase in (ledger or {}).get("phases") or []
+    ]
+    if (ledger or {}).get("total_s") is not None:
+        out += [
+            "# HELP a800_vllm_start_seconds Seconds from the server's first log line to Application startup complete.",
+            "# TYPE a800_vllm_start_seconds gauge",
+            f'a800_vllm_start_seconds{{container="{container}"}} {ledger["total_s"]:g}',
+        ]
+    return "\n".join(out) + "\n"
+
+
 def eta_s(progress_now: Mapping[str, Any], elapsed_s: float | None) -> float | None:
     """Seconds until the remaining shards are loaded, at the rate so far; None when unknown.
 

@@ -76,6 +76,14 @@ options:
     description: The docker CLI.
     type: str
     default: docker
+  metrics_file:
+    description:
+      - When the start is complete, write where its time went (the ledger's phases and total) to this file in node
+        exporter's textfile format, as C(a800_vllm_start_phase_seconds{container,phase}) and
+        C(a800_vllm_start_seconds{container}); only when its content differs and its directory exists, never in
+        check mode. Empty - no file.
+    type: str
+    default: ""
   live_progress:
     description:
       - Also read the line being written now through C(docker attach --no-stdin --sig-proxy=false) (ended with
@@ -147,6 +155,10 @@ ledger:
       container's start, RFC 3339), which tells one start from another.
   returned: always
   type: dict
+metrics_file_written:
+  description: Whether O(metrics_file) was written (a new start's figures).
+  returned: always
+  type: bool
 diagnosis:
   description:
     - Every catalogue entry that matches a log line, in catalogue order (the first is the primary diagnosis) -
@@ -195,6 +207,7 @@ polls:
 """
 
 import json  # noqa: E402
+import os  # noqa: E402
 import re  # noqa: E402
 import subprocess  # noqa: E402
 import threading  # noqa: E402
@@ -204,6 +217,7 @@ import urllib.request  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -218,6 +232,7 @@ from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import (  # noq
     markers,
     progress,
     split_lines,
+    start_metrics,
     summary_line,
 )
 
@@ -570,6 +585,25 @@ def option_errors(params: dict[str, Any]) -> list[str]:
     return errors
 
 
+def export_metrics(path: str, text: str) -> bool:
+    """Write node exporter's textfile `path` when its content differs (renamed into place, so the collector never
+    reads half a file); False, writing nothing, when the content is the same or the directory does not exist (no
+    node exporter there)."""
+    target = Path(path)
+    if not target.parent.is_dir():
+        return False
+    try:
+        if target.read_text() == text:
+            return False
+    except OSError:
+        pass
+    temporary = target.with_name(f".{target.name}.{os.getpid()}")
+    temporary.write_text(text)
+    temporary.chmod(0o644)
+    os.replace(temporary, target)
+    return True
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -583,6 +617,7 @@ def main() -> None:
             "started_at": {"type": "float"},
             "docker": {"type": "str", "default": "docker"},
             "live_progress": {"type": "bool", "default": True},
+            "metrics_file": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -593,7 +628,12 @@ def main() -> None:
         outcome = watch(module.params)
     except DockerError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **outcome)
+    written = False
+    if module.params["metrics_file"] and outcome["state"] == "ready" and not module.check_mode:
+        written = export_metrics(
+            module.params["metrics_file"], start_metrics(outcome["ledger"], module.params["container"])
+        )
+    module.exit_json(changed=False, metrics_file_written=written, **outcome)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ from plugins.filter.monitoring import (
     monitoring_prometheus_url,
     monitoring_scrape_jobs,
     monitoring_target_errors,
-    vllm_start_metrics,
 )
+from plugins.module_utils.vllm_log import start_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools" / "monitoring" / "bin"
@@ -670,7 +670,7 @@ def test_the_start_ledger_is_exposition_format_promtool_accepts():
         ],
         "total_s": 441.0,
     }
-    text = vllm_start_metrics(ledger, "glm52-nvfp4")
+    text = start_metrics(ledger, "glm52-nvfp4")
     assert 'a800_vllm_start_phase_seconds{container="glm52-nvfp4",phase="cuda_graphs"} 66.5' in text.splitlines()
     assert 'a800_vllm_start_seconds{container="glm52-nvfp4"} 441' in text.splitlines()
     lint = subprocess.run(
@@ -678,4 +678,4 @@ def test_the_start_ledger_is_exposition_format_promtool_accepts():
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
     # a start still running: its phases so far, no total
-    assert "a800_vllm_start_seconds" not in vllm_start_metrics(dict(ledger, total_s=None), "glm52-nvfp4")
+    assert "a800_vllm_start_seconds" not in start_metrics(dict(ledger, total_s=None), "glm52-nvfp4")

@@ -488,6 +488,27 @@ def test_main_in_check_mode_reports_a_failed_start_without_failing(docker, capsy
     assert result["diagnosis"][0]["name"] == "kv_cache_dtype_bf16"
 
 
+def test_main_writes_a_complete_starts_ledger_for_node_exporter_once(docker, health, capsys, tmp_path):
+    """metrics_file: the ready start's phases and total in node exporter's textfile format, written when they differ
+    (the next watch of the same start writes nothing), never in check mode nor where the directory is missing."""
+    textfile = tmp_path / "a800-vllm-start.prom"
+    docker.play("glm52-nvfp4", [RUNNING] * 5, [stamped(READY)] * 5)
+    base = {"container": "glm52-nvfp4", "docker": str(docker.path), "catalogue": CATALOGUE, "url": health.url,
+            "window_s": 5, "poll_s": 0.02}  # fmt: skip
+    code, result = run_main({**base, "metrics_file": str(textfile), "_ansible_check_mode": True}, capsys)
+    assert code == 0 and result["state"] == "ready" and result["metrics_file_written"] is False
+    assert not textfile.exists()
+    code, result = run_main({**base, "metrics_file": str(textfile)}, capsys)
+    assert result["metrics_file_written"] is True and result["changed"] is False
+    lines = textfile.read_text().splitlines()
+    assert 'a800_vllm_start_phase_seconds{container="glm52-nvfp4",phase="model_loading"} 352.1' in lines
+    assert 'a800_vllm_start_phase_seconds{container="glm52-nvfp4",phase="cuda_graphs"} 65' in lines
+    assert 'a800_vllm_start_seconds{container="glm52-nvfp4"} 437' in lines  # 09:00:01 to 09:07:18
+    assert run_main({**base, "metrics_file": str(textfile)}, capsys)[1]["metrics_file_written"] is False
+    missing = run_main({**base, "metrics_file": str(tmp_path / "none" / "a800-vllm-start.prom")}, capsys)[1]
+    assert missing["metrics_file_written"] is False and missing["state"] == "ready"
+
+
 def test_main_fails_on_a_broken_catalogue(docker, capsys):
     broken = [{"name": "x", "pattern": "(", "cause": "c", "fix": "f"}]
     code, result = run_main({"container": "glm52-nvfp4", "docker": str(docker.path), "catalogue": broken}, capsys)
@@ -530,7 +551,9 @@ def test_documentation_blocks_are_valid_yaml():
         "started_at",
         "docker",
         "live_progress",
+        "metrics_file",
     }
     returned = yaml.safe_load(readiness.RETURN)
-    assert {"state", "progress", "message", "diagnosis", "markers", "exit_code", "log_tail"} <= set(returned)
+    assert {"state", "progress", "ledger", "message", "diagnosis", "markers", "exit_code", "log_tail"} <= set(returned)
+    assert "metrics_file_written" in returned
     assert yaml.safe_load(readiness.EXAMPLES)[0]["vllm_readiness"]["container"] == "glm52-nvfp4"
