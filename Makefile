@@ -16,7 +16,7 @@ PYTHON ?= python3
 
 .PHONY: bench-smoke
 .PHONY: help deps deps-demo venv contract-venv lock images images-demo setup demo demo-down lint unit contract bench bench-double bench-overhead \
-	bench-agreement bench-prewarm bench-loop molecule test fresh clean
+	bench-agreement bench-prewarm bench-loop bench-start molecule test fresh clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -94,6 +94,9 @@ contract: venv contract-venv  ## the same client checks against the vLLM test do
 # no demo host, --no-fleet skips the fleet. Figures and ratios, never a failure on one.
 bench-loop: venv images-demo  ## the everyday loop's times against a one-task floor (refusals, no-ops, the fleet)
 	python3 scripts/bench-loop $(BENCH_LOOP_ARGS)
+
+bench-start: contract-venv  ## the real engine's start cold, with the compile cache kept, and removed (the ledger; ratios)
+	python3 scripts/bench-start
 
 bench-prewarm: deps  ## the weights prewarm against vmtouch, fio, cat and O_DIRECT (root; GIB=12 by default)
 	python3 scripts/bench-prewarm --gib $${GIB:-12}

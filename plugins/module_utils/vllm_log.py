@@ -22,6 +22,8 @@ and, for the ledger of a start (ledger()), the lines in which the engine times i
                                                                    0.32 adds `(compilation: … s)`)
     generating GPU P2P access cache in /root/.cache/vllm/gpu_p2p_access_cache_for_0,1.json
                                                                   (distributed/device_communicators/all_reduce_utils.py)
+    Warming up model for the compilation...                       (the CPU build's compile, to `Warming up done.`;
+                                                                  v1/worker/cpu_model_runner.py)
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ COMPILE_TOOK_RE = re.compile(r"torch\.compile (?:took|takes) ([\d.]+) s in total
 ENGINE_INIT_RE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
 ENGINE_INIT_COMPILE_RE = re.compile(r"\(compilation: ([\d.]+) s")
 P2P_CHECK_RE = re.compile(r"generating GPU P2P access cache in")
+# The CPU build compiles in its warm-up and logs no `torch.compile took` (v1/worker/cpu_model_runner.py): the time
+# between these two lines, by their stamps
+CPU_COMPILE_START = "Warming up model for the compilation..."
+CPU_COMPILE_DONE = "Warming up done."
 # vLLM's own line prefix: `INFO 11-30 09:06:31 [file.py:12]` (month-day, no year)
 VLLM_STAMP_RE = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \[")
 # The engine is gone while the API server process may still run (and answer /health with 503).
@@ -196,6 +202,7 @@ def ledger(lines: Sequence[str], stamps: Sequence[float | None] | None = None) -
     compile_seen = False
     first = next((s for s in stamps if s is not None), None)
     engine_ready_at = ready_at = None
+    cpu_compile_from = cpu_compile_s = None
     for index, line in enumerate(lines):
         if match := MODEL_LOADED_RE.search(line):
             figures["model_loading"] = float(match.group(2))
@@ -211,6 +218,10 @@ def ledger(lines: Sequence[str], stamps: Sequence[float | None] | None = None) -
             if not compile_seen and (inner := ENGINE_INIT_COMPILE_RE.search(line)):
                 compile_s, compile_seen = float(inner.group(1)), True
             engine_ready_at = stamps[index]
+        elif CPU_COMPILE_START in line:
+            cpu_compile_from = stamps[index]
+        elif CPU_COMPILE_DONE in line and cpu_compile_from is not None and stamps[index] is not None:
+            cpu_compile_s = stamps[index] - cpu_compile_from
         elif P2P_CHECK_RE.search(line):
             after = next((s for s in stamps[index + 1 :] if s is not None and s != stamps[index]), stamps[index])
             if stamps[index] is not None and after is not None:
@@ -219,6 +230,8 @@ def ledger(lines: Sequence[str], stamps: Sequence[float | None] | None = None) -
             ready_at = stamps[index]
     if compile_seen:
         figures["torch_compile"] = round(compile_s, 2)
+    elif cpu_compile_s is not None:
+        figures["torch_compile"] = round(cpu_compile_s, 2)
     if "model_loading" not in figures and "weights" in figures:
         figures["model_loading"] = figures["weights"]  # the CPU build logs no `Model loading took`
     if "engine_init" in figures:

@@ -707,6 +707,18 @@ def test_the_ledger_of_the_real_cpu_start():
     assert (start["weights_s"], start["total_s"], start["other_s"], start["ready"]) == (0.01, 26.0, 24.93, True)
 
 
+def test_the_ledger_of_the_real_cpu_start_with_its_compile():
+    """The CPU build compiles in its warm-up and logs no `torch.compile took`: the time between its warm-up lines
+    (14:58:50 to 14:59:13) is the compile, inside the engine's init (23.67 s)."""
+    start = vllm_log.ledger(split_lines(raw(REAL_LOGS / "startup-compile.log")))
+    assert {p["phase"]: p["s"] for p in start["phases"]} == {
+        "model_loading": 0.01,
+        "torch_compile": 23.0,
+        "kv_cache": 0.67,
+        "api_server": 2.0,
+    }
+
+
 def test_the_ledger_splits_the_engine_init_into_compile_kv_cache_and_graphs():
     lines = stamped(
         ("11-30 10:00:00", "vLLM API server version 0.26.0"),
