@@ -113,8 +113,9 @@ def verify_summary(checks: list[dict]) -> dict:
 
 # What usually cuts each phase of a start (the warning's fix names those that are slow).
 START_CUTS = {
-    "p2p_check": "the P2P result is cached under ~/.cache/vllm (keep it across containers), or VLLM_SKIP_P2P_CHECK=1 "
-    "where the GPU communication check proved P2P on this host",
+    "p2p_check": "vLLM runs this check only with VLLM_SKIP_P2P_CHECK=0 (its default is 1, trusting the driver) and "
+    "only for custom all-reduce, which it turns off on more than two PCIe-only GPUs: unset it, or keep ~/.cache/vllm "
+    "across containers (the result is cached there)",
     "model_loading": "the weights in the page cache before the start (the weights role's prewarm; from disk the "
     "article's restart takes ~22 min instead of ~6)",
     "torch_compile": "the compile cache kept across containers (~/.cache/vllm/torch_compile_cache)",
