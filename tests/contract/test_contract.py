@@ -25,7 +25,7 @@ sys.path[:0] = [str(HERE), str(ROOT / "tests" / "doubles" / "vllm"), str(ROOT / 
 
 import real_vllm  # noqa: E402
 from ansible_collections.a800.vllm.plugins.filter.fleet import vllm_requests_in_flight  # noqa: E402
-from ansible_collections.a800.vllm.plugins.module_utils import openai_api  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils import openai_api, vllm_log  # noqa: E402
 from harness import Launcher, free_port, make_installs, make_weights  # noqa: E402
 
 pytestmark = pytest.mark.contract
@@ -46,8 +46,8 @@ METRICS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:num
 
 
 class Server:
-    def __init__(self, kind: str, url: str, think_end: int | None) -> None:
-        self.kind, self.url, self.think_end = kind, url, think_end
+    def __init__(self, kind: str, url: str, think_end: int | None, log_path: Path) -> None:
+        self.kind, self.url, self.think_end, self.log_path = kind, url, think_end, log_path
 
     def post(self, body: dict, key: str | None = KEY, **kw) -> requests.Response:
         headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
@@ -70,13 +70,13 @@ def server(request, tmp_path_factory):
         launcher = Launcher(base, make_installs(base / "installs"), make_weights(base / "weights"))
         run = launcher.start(["--api-key", KEY])
         assert "Application startup complete." in run.log, run.log
-        yield Server("double", run.url, None)
+        yield Server("double", run.url, None, run.log_path)
         launcher.stop_all()
     else:
         model = request.getfixturevalue("tiny_model")
         real = real_vllm.RealVllm(free_port(), model, api_key=KEY, log_path=tmp_path_factory.mktemp("real") / "log")
         real.start()
-        yield Server("real", real.base_url, think_end_id(real.model_dir))
+        yield Server("real", real.base_url, think_end_id(real.model_dir), real.log_path)
         real.stop()
 
 
@@ -87,6 +87,21 @@ def chat_body(content: str, **extra) -> dict:
 def close_reasoning(server: Server) -> dict:
     """The random real model never ends its reasoning: bias it to `</think>` so a forced tool call follows."""
     return {"logit_bias": {str(server.think_end): 100}} if server.think_end is not None else {}
+
+
+# --- the start's ledger -------------------------------------------------------------------------------------------
+def test_the_start_ledger_reads_the_engines_own_lines(server):
+    """Where this start's time went (plugins/module_utils/vllm_log.py ledger(), as the verify report and the serve
+    role's metrics read it): the real engine's lines (CPU build, eager: no compile or graphs) and the double's, which
+    logs them as the GPU engine does, give the phases each should; the start is complete and has a total."""
+    start = vllm_log.ledger(vllm_log.split_lines(server.log_path.read_text(errors="replace")))
+    phases = [p["phase"] for p in start["phases"]]
+    assert start["ready"] is True and start["total_s"] is not None, start
+    if server.kind == "real":
+        assert phases == ["model_loading", "kv_cache", "api_server"], start
+    else:
+        assert phases == ["model_loading", "kv_cache", "cuda_graphs", "api_server"], start
+    assert start["weights_s"] is not None, start
 
 
 # --- endpoints --------------------------------------------------------------------------------------------------
