@@ -14,11 +14,11 @@ the files that were (re)written.
 from __future__ import annotations
 
 import os
-import tempfile
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.action import ActionBase
+from ansible_collections.a800.vllm.plugins.module_utils.atomic_file import replace_if_changed
 
 
 def write_reports(directory: str, files: dict[str, str], mode: int = 0o644) -> list[str]:
@@ -29,24 +29,8 @@ def write_reports(directory: str, files: dict[str, str], mode: int = 0o644) -> l
         if not name or os.sep in name or name in (".", ".."):
             raise AnsibleActionFail(f"report_files: {name!r} is not a file name (files are written in dir only)")
         path = os.path.join(directory, name)
-        data = to_bytes(content)
-        try:
-            with open(path, "rb") as current:
-                if current.read() == data:
-                    continue
-        except FileNotFoundError:
-            pass
-        handle, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-            os.chmod(temporary, mode)
-            os.replace(temporary, path)
-        except BaseException:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-            raise
-        written.append(path)
+        if replace_if_changed(path, to_bytes(content), mode):
+            written.append(path)
     return written
 
 

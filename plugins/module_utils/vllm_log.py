@@ -147,6 +147,10 @@ def progress(lines: Iterable[str]) -> dict[str, Any]:
     return result
 
 
+STAMP_RESOLUTION_S = 1.0
+_DAYS_BEFORE = (0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335)
+
+
 def vllm_stamps(lines: Sequence[str]) -> list[float | None]:
     """Seconds of each line's own vLLM time stamp (`INFO 11-30 09:06:31 [...]`), relative to an arbitrary origin, for
     differences within one log; a line without one (tqdm's bar, uvicorn's `INFO:     Application startup complete.`,
@@ -169,9 +173,6 @@ def vllm_stamps(lines: Sequence[str]) -> list[float | None]:
     return stamps
 
 
-STAMP_RESOLUTION_S = 1.0
-_DAYS_BEFORE = (0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335)
-
 # The ledger's phases, in the order a start runs them, with the words people read.
 LEDGER_PHASES = (
     ("p2p_check", "P2P check"),
@@ -183,20 +184,17 @@ LEDGER_PHASES = (
 )
 
 
-def ledger(lines: Sequence[str], stamps: Sequence[float | None] | None = None) -> dict[str, Any]:
+def ledger(lines: Sequence[str]) -> dict[str, Any]:
     """Where a start's time went, from its log: the seconds of each phase the engine reports (weights and model
     loading, torch.compile, the engine's init - its profiling run, KV cache and warmup, CUDA graph capture - from the
     engine's own `took` figures), the P2P check and the API server's start from the lines' time stamps, and the
     total from the first line to `Application startup complete.`.
 
-    `stamps`: each line's time in epoch seconds (docker logs --timestamps), None where unknown; without them, vLLM's
-    own second-resolution stamps (vllm_stamps()). Keys: phases (LEDGER_PHASES order, only those the log shows:
-    {phase, label, s}), weights_s (the part of model loading spent reading the weights), total_s (None until the
+    The stamps are vLLM's own, to the second (vllm_stamps()). Keys: phases (LEDGER_PHASES order, only those the log
+    shows: {phase, label, s}), weights_s (the part of model loading spent reading the weights), total_s (None until the
     start completes), other_s (the total less the phases: process start, imports, configuration, distributed
     set-up; None when the phases' figures exceed the wall time, as the test double's simulated ones do), ready."""
-    stamps = list(stamps) if stamps is not None else vllm_stamps(lines)
-    if len(stamps) != len(lines):
-        raise ValueError("ledger(): one stamp per line")
+    stamps = vllm_stamps(lines)
     figures: dict[str, float] = {}
     compile_s = 0.0
     compile_seen = False

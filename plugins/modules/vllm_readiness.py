@@ -217,10 +217,10 @@ import urllib.request  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.atomic_file import replace_if_changed  # noqa: E402
 from ansible_collections.a800.vllm.plugins.module_utils.vllm_log import (  # noqa: E402
     READY_LINE,
     catalogue_errors,
@@ -586,22 +586,12 @@ def option_errors(params: dict[str, Any]) -> list[str]:
 
 
 def export_metrics(path: str, text: str) -> bool:
-    """Write node exporter's textfile `path` when its content differs (renamed into place, so the collector never
-    reads half a file); False, writing nothing, when the content is the same or the directory does not exist (no
-    node exporter there)."""
-    target = Path(path)
-    if not target.parent.is_dir():
+    """Write node exporter's textfile `path` when its content differs (atomic_file: renamed into place, so the
+    collector never reads half a file); False, writing nothing, when the content is the same or the directory does
+    not exist (no node exporter there)."""
+    if not os.path.isdir(os.path.dirname(path) or "."):
         return False
-    try:
-        if target.read_text() == text:
-            return False
-    except OSError:
-        pass
-    temporary = target.with_name(f".{target.name}.{os.getpid()}")
-    temporary.write_text(text)
-    temporary.chmod(0o644)
-    os.replace(temporary, target)
-    return True
+    return replace_if_changed(path, text.encode(), 0o644)
 
 
 def main() -> None:
