@@ -12,6 +12,10 @@ Measured on the real engine, and asserted here on both:
   it was asked while the stream still ran, which on a loaded machine it may not be);
 - the stream in flight finishes whole (finish_reason "length" at max_tokens, [DONE]);
 - the process exits 0.
+That the stream was in the engine when the drain began is the engine's word: its core logs "draining in-flight
+requests count=1". On a starved machine the client may read the first chunks after the engine has finished the
+request; such a drain proves nothing about a request in flight, so the test tries again on a fresh engine (at most
+three), and asserts every drain that had the request in flight in full.
 The abort of the default 0 is asserted on the double (the real engine's, measured once, is in docs/fleet.md).
 """
 
@@ -69,8 +73,9 @@ def start(kind: str, tmp_path: Path, request, shutdown_timeout: int) -> Engine:
     return Engine(real.base_url, proc.pid, lambda: proc.wait(DRAIN_S + 60), lambda: log.read_text("utf-8", "replace"))
 
 
-def stream_in_background(url: str) -> tuple[threading.Thread, dict]:
-    """A streamed chat of exactly MAX_TOKENS tokens; `seen` counts the chunks as they come."""
+def stream_in_background(url: str, on_chunk=None) -> tuple[threading.Thread, dict]:
+    """A streamed chat of exactly MAX_TOKENS tokens; `seen` counts the chunks as they come. `on_chunk(n)` is called
+    from the reading thread at each line, so a signal sent from it does not wait for another thread to be scheduled."""
     out: dict = {"seen": 0}
     body = {
         "model": MODEL,
@@ -89,6 +94,8 @@ def stream_in_background(url: str) -> tuple[threading.Thread, dict]:
                 for line in reply.iter_lines(decode_unicode=True):
                     lines.append(line)
                     out["seen"] += 1
+                    if on_chunk:
+                        on_chunk(out["seen"])
         except requests.RequestException as exc:
             out["error"] = repr(exc)
         out["stream"] = openai_api.parse_sse(lines)
@@ -107,20 +114,36 @@ def wait_streaming(out: dict, chunks: int = 20, bound: float = 120) -> None:
     assert "ended" not in out, f"the stream ended before SIGTERM could reach it in flight: {out}"
 
 
-@pytest.mark.parametrize("kind", ["double", "real"])
-def test_a_drain_finishes_the_stream_in_flight_refuses_new_requests_and_exits_0(kind, tmp_path, request):
+# What the engine core logs once the drain has reached it (v1/engine/core.py): "draining" only when requests are
+# unfinished, "request processing complete" when none are left. Their order says whether the stream was in flight.
+DRAINING = "[shutdown] EngineCore: draining in-flight requests count=1 "
+COMPLETE = "[shutdown] EngineCore: request processing complete"
+TRIES = 3  # fresh engines, for the precondition only (below); each drain that happens is asserted in full
+
+
+def drain_while_streaming(kind: str, tmp_path: Path, request) -> tuple[Engine, dict, object, object] | None:
+    """SIGTERM, sent from the reading thread at the 20th chunk, while one stream runs. None when the engine had
+    already finished that request when the drain reached it: on a starved machine the client can read the first
+    chunks after the engine has generated them all (its output waits in the server's buffers). That drain proves
+    nothing about a request in flight, and is not a failure of the engine; the caller tries on a fresh one."""
+    tmp_path.mkdir(parents=True)
     engine = start(kind, tmp_path, request, shutdown_timeout=DRAIN_S)
-    thread, out = stream_in_background(engine.url)
-    wait_streaming(out)
-    os.kill(engine.pid, signal.SIGTERM)
-    # The engine core logs that it drains once the shutdown has reached it; a request sent before that may still be
-    # taken (the signal is handled asynchronously). Waits for that, or for the stream's end (a bound, not a speed).
+
+    def signal_at(seen: int) -> None:
+        if seen == 20:
+            os.kill(engine.pid, signal.SIGTERM)
+
+    thread, out = stream_in_background(engine.url, signal_at)
     began = time.monotonic()
-    while "[shutdown] EngineCore: draining in-flight requests" not in engine.log() and "ended" not in out:
-        assert time.monotonic() - began < 120, f"no drain logged within 120 s: {engine.log()[-3000:]}"
+    while DRAINING not in engine.log() and COMPLETE not in engine.log():
+        assert time.monotonic() - began < 240, f"no drain logged within 240 s: {out} {engine.log()[-3000:]}"
         time.sleep(0.05)
-    # Whenever it is answered, a request sent after SIGTERM is never served: refused with vLLM's 500 while the drain
-    # runs, or not connected once the server has exited (on a loaded machine the stream may finish first).
+    if DRAINING not in engine.log():  # the drain began with no request left: not the case this test is about
+        thread.join(DRAIN_S + 60)
+        assert engine.wait() == 0, engine.log()[-3000:]
+        return None
+    # The drain runs, with the stream in the engine: a request sent now is never served, refused with vLLM's 500
+    # while the drain runs, or not connected once the server has exited (the stream may finish in the meantime).
     hello = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     try:
         reply = requests.post(engine.url + "/v1/chat/completions", json=hello, timeout=60)
@@ -131,11 +154,23 @@ def test_a_drain_finishes_the_stream_in_flight_refuses_new_requests_and_exits_0(
         health = requests.get(engine.url + "/health", timeout=30).status_code
     except requests.ConnectionError:
         health = "not connected"
-    health_in_drain = "ended" not in out
+    health = (health, COMPLETE not in engine.log())  # whether it was asked while the drain still ran
     thread.join(DRAIN_S + 60)
+    return engine, out, new, health
+
+
+@pytest.mark.parametrize("kind", ["double", "real"])
+def test_a_drain_finishes_the_stream_in_flight_refuses_new_requests_and_exits_0(kind, tmp_path, request):
+    for attempt in range(TRIES):
+        drained = drain_while_streaming(kind, tmp_path / f"try-{attempt}", request)
+        if drained:
+            break
+    else:
+        pytest.fail(f"in {TRIES} fresh engines the request had always finished before the drain reached it")
+    engine, out, new, (health, during_drain) = drained
     rc = engine.wait()
     assert new in [(500, REFUSED, "InternalServerError"), "not connected"], new
-    if health_in_drain:  # asked while the stream still ran: the draining server still says it is healthy
+    if during_drain:  # asked while the stream still ran: the draining server still says it is healthy
         assert health == 200, health
     stream = out["stream"]
     assert out.get("status") == 200 and "error" not in out, out
