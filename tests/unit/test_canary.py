@@ -1,0 +1,104 @@
+"""The canary upgrade's plan and verdict (plugins/module_utils/canary.py): which host goes first, against which old
+release, and when the canary is promoted or rolled back, named."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.a800.vllm.plugins.module_utils.canary import (
+    PROMOTE,
+    ROLL_BACK,
+    canary_verdict,
+    upgrade_plan,
+    verdict_lines,
+)
+
+ORDER = ["a800-1", "a800-2", "a800-3"]
+
+
+def restarts(why: str = "the image changed", differences: tuple = ("image: v0.26.0 -> v0.27.0",)) -> dict:
+    return {"restarts": True, "why": why, "differences": list(differences)}
+
+
+KEEPS = {"restarts": False, "why": "", "differences": []}
+
+
+def test_the_first_host_that_restarts_is_the_canary_and_the_next_its_baseline():
+    plan = upgrade_plan({"a800-1": KEEPS, "a800-2": restarts(), "a800-3": restarts()}, ORDER)
+    assert (plan["canary"], plan["baseline"], plan["batches"], plan["unchanged"]) == (
+        "a800-2", "a800-3", [["a800-3"]], ["a800-1"])  # fmt: skip
+    text = "\n".join(plan["lines"])
+    assert text.startswith("1. canary a800-2: the image changed\n     - image: v0.26.0 -> v0.27.0"), text
+    assert "beside a800-3 (still on the old release) on the same load" in text
+    assert "2. a800-3, once the canary is promoted" in text and text.endswith("unchanged: a800-1")
+
+
+def test_a_named_canary_goes_first_and_one_that_does_not_restart_is_refused():
+    decisions = {h: restarts() for h in ORDER}
+    plan = upgrade_plan(decisions, ORDER, canary="a800-3")
+    assert (plan["canary"], plan["baseline"], plan["batches"]) == ("a800-3", "a800-1", [["a800-1"], ["a800-2"]])
+    with pytest.raises(ValueError, match=r"canary 'a800-2' keeps running \(nothing to upgrade\): name one of a800-1"):
+        upgrade_plan({"a800-1": restarts(), "a800-2": KEEPS}, ORDER[:2], canary="a800-2")
+    with pytest.raises(ValueError, match="canary 'gpu-9' is not a server of this run"):
+        upgrade_plan(decisions, ORDER, canary="gpu-9")
+
+
+def test_a_single_changing_host_is_judged_against_its_own_figures_and_nothing_to_do_says_so():
+    plan = upgrade_plan({"a800-1": restarts(), "a800-2": KEEPS}, ORDER[:2])
+    assert (plan["canary"], plan["baseline"], plan["batches"]) == ("a800-1", None, [])
+    assert any("against its own figures from before the restart" in line for line in plan["lines"])
+    idle = upgrade_plan({"a800-1": KEEPS, "a800-2": KEEPS}, ORDER[:2])
+    assert idle["canary"] is None and idle["lines"] == [
+        "nothing to upgrade: every server runs its launch already a800-1, a800-2"
+    ]
+
+
+OLD = {"mean_ttft_ms": 400.0, "decode_throughput": 390.0, "completed": 32, "failed": 0}
+PASSED = [{"name": "log:sparse_backend_in_use", "status": "pass"}, {"name": "answer_17x24", "status": "pass"}]
+
+
+def test_a_release_as_fast_and_correct_as_the_old_one_is_promoted():
+    verdict = canary_verdict(PASSED, {**OLD, "mean_ttft_ms": 440.0, "decode_throughput": 370.0}, OLD)
+    assert (verdict["decision"], verdict["reasons"]) == (PROMOTE, [])
+    assert [(r["ratio"], r["ok"]) for r in verdict["rows"]] == [(1.1, True), (0.949, True)]
+    assert verdict_lines(verdict)[0] == "promote: every check held"
+
+
+@pytest.mark.parametrize(
+    ("checks", "bench", "reason"),
+    [
+        (PASSED, {**OLD, "mean_ttft_ms": 800.0}, "mean TTFT (ms) 2x the old release's, above the limit 1.3x"),
+        (
+            PASSED,
+            {**OLD, "decode_throughput": 300.0},
+            "decode throughput (tok/s) 0.769x the old release's, below the limit 0.9x",
+        ),
+        (
+            [{"name": "answer_17x24", "status": "fail", "detail": "answered 418, expected 408"}],
+            OLD,
+            "answer_17x24 failed on the canary: answered 418, expected 408",
+        ),
+        (
+            [{"name": "log:sparse_backend_in_use", "status": "fail", "detail": "not in the log"}],
+            OLD,
+            "log:sparse_backend_in_use failed on the canary: not in the log",
+        ),
+        (
+            [{"name": "tool_call_auto", "status": "fail", "detail": "no tool call parsed"}],
+            OLD,
+            "tool_call_auto failed on the canary: no tool call parsed",
+        ),
+        (PASSED, {**OLD, "failed": 2, "completed": 30}, "2 of the canary's 32 requests failed"),
+        (PASSED, {**OLD, "decode_throughput": None}, "decode throughput (tok/s): no figure to compare"),
+    ],
+)
+def test_each_bad_release_is_rolled_back_with_its_reason(checks, bench, reason):
+    verdict = canary_verdict(checks, bench, OLD)
+    assert verdict["decision"] == ROLL_BACK and any(r.startswith(reason) for r in verdict["reasons"]), verdict
+    assert verdict_lines(verdict)[0].startswith("roll back: ")
+
+
+def test_a_failed_host_check_alone_does_not_judge_the_release_and_the_limits_are_variables():
+    host_only = [*PASSED, {"name": "gpu_memory", "status": "fail", "detail": "a host matter"}]
+    assert canary_verdict(host_only, OLD, OLD)["decision"] == PROMOTE
+    strict = canary_verdict(PASSED, {**OLD, "mean_ttft_ms": 440.0}, OLD, {"max_ttft_ratio": 1.05})
+    assert strict["decision"] == ROLL_BACK and strict["rules"] == {"max_ttft_ratio": 1.05, "min_decode_ratio": 0.9}
