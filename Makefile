@@ -95,7 +95,7 @@ contract: venv contract-venv  ## the same client checks against the vLLM test do
 bench-loop: venv images-demo  ## the everyday loop's times against a one-task floor (refusals, no-ops, the fleet)
 	python3 scripts/bench-loop $(BENCH_LOOP_ARGS)
 
-bench-start: contract-venv  ## the real engine's start cold, with the compile cache kept, and removed (the ledger; ratios)
+bench-start: contract-venv  ## the real engine's start cold, with the compile cache kept, removed, and at -O0 (the ledger; ratios)
 	python3 scripts/bench-start
 
 bench-prewarm: deps  ## the weights prewarm against vmtouch, fio, cat and O_DIRECT (root; GIB=12 by default)

@@ -118,9 +118,11 @@ START_CUTS = {
     "across containers (the result is cached there)",
     "model_loading": "the weights in the page cache before the start (the weights role's prewarm; from disk the "
     "article's restart takes ~22 min instead of ~6)",
-    "torch_compile": "the compile cache kept across containers (~/.cache/vllm/torch_compile_cache)",
+    "torch_compile": "the compile cache kept across containers (~/.cache/vllm/torch_compile_cache); "
+    "model_profile.launch.optimization_level 0 skips it, at the cost of the decode speed (docs/phases.md)",
     "kv_cache": "a smaller profiling run (max_num_batched_tokens)",
-    "cuda_graphs": "fewer capture sizes: a lower max_num_seqs (one A800 report: 256 -> 32 cut 86 s to 66 s)",
+    "cuda_graphs": "fewer capture sizes: model_profile.launch.max_cudagraph_capture_size, or a lower max_num_seqs "
+    "(one A800 report: 256 -> 32 cut 86 s to 66 s)",
     "api_server": "read the log between the engine's init and Application startup complete",
 }
 

@@ -51,7 +51,8 @@ def image_release(image: str | None) -> str | None:
 
 
 # Bounds vLLM's configuration classes put on launch values AFTER argparse accepted them (pydantic Field(gt/ge/le)):
-# vllm/config/cache.py, scheduler.py, parallel.py, speculative.py, read in the 0.32 source. A value outside fails
+# vllm/config/cache.py, scheduler.py, parallel.py, speculative.py, and -O's enumeration (OptimizationLevel, 0 to 3,
+# config/vllm.py), read in the 0.32 source. A value outside fails
 # `vllm serve` at start (a ValidationError, exit 1), after the running server was stopped. Key (a dotted path for a
 # JSON option) -> (lower bound, lower inclusive, upper bound or None, upper inclusive, vLLM's class).
 VALUE_RANGES: dict[str, tuple[float, bool, float | None, bool, str]] = {
@@ -62,6 +63,7 @@ VALUE_RANGES: dict[str, tuple[float, bool, float | None, bool, str]] = {
     "tensor_parallel_size": (1, True, None, False, "ParallelConfig"),
     "pipeline_parallel_size": (1, True, None, False, "ParallelConfig"),
     "speculative_config.num_speculative_tokens": (0, False, None, False, "SpeculativeConfig"),
+    "optimization_level": (0, True, 3, True, "VllmConfig"),
 }
 
 

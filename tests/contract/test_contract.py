@@ -100,8 +100,32 @@ def test_the_start_ledger_reads_the_engines_own_lines(server):
     if server.kind == "real":
         assert phases == ["model_loading", "kv_cache", "api_server"], start
     else:
-        assert phases == ["model_loading", "kv_cache", "cuda_graphs", "api_server"], start
+        assert phases == ["model_loading", "torch_compile", "kv_cache", "cuda_graphs", "api_server"], start
     assert start["weights_s"] is not None, start
+
+
+# The GPU engine's lines of a compile that the double writes, and where the real 0.32 source logs each (the CPU
+# build compiles in its warm-up and writes none of them; the ledger reads both, tests/unit/test_vllm_log.py).
+COMPILE_LINES = {
+    "compilation/monitor.py": "%storch.compile took %.2f s in total",
+    "compilation/backends.py": "%sDynamo bytecode transform time: %.2f s",
+}
+
+
+def test_the_doubles_compile_lines_are_the_real_sources(server):
+    """Each compile line the double logs is one of real vLLM 0.32's format strings, read from its installed source."""
+    if server.kind == "real":
+        pytest.skip("the CPU build logs its compile as a warm-up (the double's lines are the GPU engine's)")
+    origin = subprocess.run(
+        [real_vllm.vllm_python(), "-c", "import importlib.util; print(importlib.util.find_spec('vllm').origin)"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.strip()  # fmt: skip
+    package = Path(origin).parent
+    log = server.log_path.read_text(errors="replace")
+    for source, form in COMPILE_LINES.items():
+        assert f'"{form}"' in (package / source).read_text(), (source, form)
+        pattern = re.escape(form).replace("%s", "").replace(r"%\.2f", r"[\d.]+")
+        assert re.search(pattern, log), (form, log[-2000:])
 
 
 # --- endpoints --------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ CASES = {
         ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 0, "prompt_lookup_max": 2})],
         "greater than 0",
     ),
+    "optimization_level": (4, ["--optimization-level", "4"], "Input should be 0, 1, 2 or 3"),
 }
 
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 import requests
+from ansible_collections.a800.vllm.plugins.module_utils import vllm_log
 from conftest import evict_from_page_cache, locked_in_memory
 
 LOAD_TOOK = re.compile(r"Loading weights took ([0-9.]+) seconds")
@@ -187,6 +188,43 @@ def test_tp8_fits_and_reports_kv_cache(launcher):
     assert re.search(r"Model loading took 5\d\.\d+ GiB memory", run.log)
     assert re.search(r"GPU KV cache size: [\d,]+ tokens", run.log)
     assert "Graph capturing finished in" in run.log
+
+
+# --- after the weights: torch.compile and its cache, the CUDA graphs, -O0 ------------------------------------------
+def phases(run) -> dict[str, float]:
+    """The start's ledger as the serve role reads it (vllm_log.ledger): seconds per phase."""
+    return {p["phase"]: p["s"] for p in vllm_log.ledger(vllm_log.split_lines(run.log))["phases"]}
+
+
+def test_a_second_start_loads_the_graphs_the_first_compiled(launcher):
+    """vLLM's compile cache (VLLM_CACHE_ROOT): the second start with the same settings finds the compiled graphs
+    and loads them; Dynamo's bytecode transform still runs (vllm-project/vllm#19824's figures: 15 s of ~70 s)."""
+    first = launcher.start()
+    second = launcher.start()
+    assert started(first) and started(second), second.log
+    assert "Compiling a graph for compile range (1, 8192) takes" in first.log
+    assert "Directly load the compiled graph(s) for compile range (1, 8192) from the cache" in second.log
+    assert "Compiling a graph" not in second.log
+    assert (phases(first)["torch_compile"], phases(second)["torch_compile"]) == (70.0, 18.0)
+    # another compilation setting is another entry of the cache: compiled again
+    third = launcher.start(["--max-num-batched-tokens", "4096"])
+    assert started(third) and "Compiling a graph for compile range (1, 4096) takes" in third.log, third.log
+
+
+def test_O0_starts_without_compiling_or_capturing_graphs(launcher):
+    run = launcher.start(["-O0"])
+    assert started(run), run.log
+    assert "torch.compile took" not in run.log and "Graph capturing finished" not in run.log
+    assert {"torch_compile", "cuda_graphs"} & set(phases(run)) == set()
+
+
+def test_fewer_capture_sizes_capture_faster(launcher):
+    """vLLM 0.32's sizes for 16 requests of 6 tokens a step (MTP 5): 1, 2, 4, 8..192 by 8, and the decode batches
+    6, 12, 24, 48, 96 (29 sizes); --max-cudagraph-capture-size 96 leaves 1, 2, 4, 8..96 (15)."""
+    default = launcher.start()
+    fewer = launcher.start(["--max-cudagraph-capture-size", "96"])
+    assert started(default) and started(fewer), fewer.log
+    assert (phases(default)["cuda_graphs"], phases(fewer)["cuda_graphs"]) == (75.0, 68.0)
 
 
 # --- loading: the shards are read, the page cache decides the time --------------------------------------------------

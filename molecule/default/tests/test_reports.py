@@ -32,13 +32,17 @@ def test_verify_json_all_pass_but_the_kv_capacity_warning(host):
 
 def test_the_start_ledger_is_a800_shaped(host):
     """Where the double's start went, from the lines it logs as the engine does, with its simulated A800 seconds:
-    model loading, the engine's profiling and KV cache, CUDA graph capture, the API server (no torch.compile or P2P
-    lines on the double); the report shows the table."""
+    model loading, torch.compile (70 s on a first start, 18 s with the graphs an earlier one left in the compile
+    cache the serve role mounts), the engine's profiling and KV cache, CUDA graph capture (29 sizes for 16 requests
+    of 6 tokens a step: 60.5 s + 0.5 s each), the API server (no P2P check on 8 PCIe GPUs); the report shows the
+    table."""
     folder = ROOT / "reports" / host.backend.get_hostname()
     ledger = json.loads((folder / "verify.json").read_text())["ledger"]
-    assert [p["phase"] for p in ledger["phases"]] == ["model_loading", "kv_cache", "cuda_graphs", "api_server"], ledger
+    phases = [p["phase"] for p in ledger["phases"]]
+    assert phases == ["model_loading", "torch_compile", "kv_cache", "cuda_graphs", "api_server"], ledger
     figures = {p["phase"]: p["s"] for p in ledger["phases"]}
-    assert figures["cuda_graphs"] >= 64 and figures["kv_cache"] > 0, figures  # the double's A800 capture: 64 s + ...
+    assert figures["torch_compile"] in (70.0, 18.0) and figures["cuda_graphs"] == 75.0, figures
+    assert figures["kv_cache"] > 0, figures
     assert ledger["ready"] is True and ledger["total_s"] > 0 and ledger["started_at"], ledger
     text = (folder / "report.md").read_text()
     assert "## Start: where its" in text and "| CUDA graph capture | " in text, text

@@ -176,6 +176,8 @@ class Launcher:
                 "VLLM_TEST_DOUBLE_TIME_SCALE": "2000",
                 "VLLM_TEST_DOUBLE_SPEED": "50",
                 "VLLM_ENGINE_READY_TIMEOUT_S": "3600",  # the catalogue's fix for a cold load (engine_ready_timeout)
+                # vLLM's cache (the compiled graphs), one per launcher: its second start finds what the first left
+                "VLLM_CACHE_ROOT": str(self.tmp / "vllm-cache"),
                 **(env or {}),
             }
             argv = [str(self.weights), "--port", str(port), *(ARTICLE_ARGS if args is None else args), *(extra or [])]

@@ -521,6 +521,9 @@ MODELLED: dict[str, dict[str, Any]] = {
     "--max-num-seqs": {"type": int, "default": None},
     "--speculative-config": {"type": optional_type(json.loads), "default": None},
     "--compilation-config": {"type": dataclass_json("CompilationConfig"), "default": None},
+    "--optimization-level": {"type": str, "default": 2},
+    "--max-cudagraph-capture-size": {"type": int, "default": None},
+    "--cudagraph-capture-sizes": {"type": int, "nargs": "+", "default": None},
     # vLLM parses the name as a string; AttentionConfig resolves it through AttentionBackendEnum (startup.py)
     "--attention-backend": {"type": optional_type(str), "default": None},
     "--attention-config": {"type": dataclass_json("AttentionConfig"), "default": None},

@@ -10,8 +10,10 @@ slow load fail as vLLM's does.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
+import hashlib
 import json
 import mmap
 import os
@@ -30,6 +32,13 @@ PREFETCH_COLD_RATE = COLD_RATE * 3.4  # --safetensors-load-strategy prefetch (vL
 REPLICATED_GB = 3.0  # embeddings, MTP layer: on every rank
 KV_BYTES_PER_TOKEN = (512 + 64) * 2 * 78  # MLA latent + rope, bf16, 78 layers, replicated across TP ranks
 READ_CHUNK = 16 * 1024 * 1024
+# torch.compile of the model at TP8 (vllm-project/vllm#19824's breakdown: Dynamo bytecode ~15 s, ~70 s in all); with
+# the compiled graphs in vLLM's cache (VLLM_CACHE_ROOT, ~/.cache/vllm: the serve role mounts serve_cache_dir/vllm
+# there) Dynamo still runs and the graphs are loaded instead of compiled (compilation/backends.py).
+DYNAMO_S, INDUCTOR_S, CACHE_LOAD_S = 15.0, 55.0, 3.0
+# CUDA-graph capture: a fixed part and one per capture size. One A800 report: max_num_seqs 256 -> 32 (51 -> 11 sizes
+# by vLLM's default rule, one token per request) cut the capture from 86 s to 66 s.
+CAPTURE_FIXED_S, CAPTURE_PER_SIZE_S = 60.5, 0.5
 
 _libc = ctypes.CDLL("libc.so.6", use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -175,6 +184,83 @@ def _checkpoint(model: str) -> tuple[list[str], int, dict]:
     return shards, declared, config
 
 
+def optimization_level(args) -> int:
+    """-O0..-O3 (vLLM >= 0.12, config/vllm.py OptimizationLevel): 0 is no torch.compile and no CUDA graphs."""
+    value = str(args.optimization_level)
+    if value not in {"0", "1", "2", "3"}:
+        raise StartupFailure(None, f"ValueError: {value!r} is not a valid OptimizationLevel")
+    return int(value)
+
+
+def capture_sizes(args, seqs: int, spec_tokens: int) -> list[int]:
+    """The batch sizes vLLM 0.32 captures CUDA graphs for (config/vllm.py, _set_cudagraph_sizes), without the
+    dynamic speculative tiers and the interactivity mode: given sizes as given; else 1, 2, 4, every 8 to 255 and every
+    16 from 256 up to max_cudagraph_capture_size (default min(2 x max_num_seqs x tokens per decode step, 512), and
+    then the uniform decode batches of 1, 2, 4, 8.. requests too), each at most max_num_batched_tokens."""
+    compilation = args.compilation_config or {}
+    tokens = args.max_num_batched_tokens or 8192
+    given = args.cudagraph_capture_sizes or compilation.get("cudagraph_capture_sizes")
+    if given:
+        return sorted({int(size) for size in given if int(size) <= tokens})
+    top = args.max_cudagraph_capture_size or compilation.get("max_cudagraph_capture_size")
+    query = 1 + spec_tokens
+    decode: list[int] = []
+    if top is None:
+        top = min(seqs * query * 2, 512)
+        if query > 1:
+            counts = [n for n in (1, 2, 4) if n <= seqs] + list(range(8, min(seqs + 1, 256), 8))
+            counts += list(range(256, seqs + 1, 16))
+            decode = [n * query for n in sorted({*counts, seqs}) if n * query <= top]
+        elif seqs <= top:
+            decode = [seqs]
+    top = min(tokens, int(top))
+    sizes = [n for n in (1, 2, 4) if n <= top] + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
+    if tokens <= top:
+        sizes.append(tokens)
+    return sorted(set(sizes + [n for n in decode if n <= tokens]))
+
+
+def compile_cache(args, env: dict[str, str], level: int) -> Path:
+    """Where this configuration's compiled graphs are kept: VLLM_CACHE_ROOT (default ~/.cache/vllm)/torch_compile_cache,
+    under a hash of what vLLM's hash covers (the model, its dtype and parallelism, the compilation's settings)."""
+    root = env.get("VLLM_CACHE_ROOT") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache", "vllm")
+    factors = [args.model, args.dtype, args.tensor_parallel_size, args.max_num_batched_tokens, level,
+               json.dumps(args.compilation_config or {}, sort_keys=True), json.dumps(args.speculative_config or {},
+               sort_keys=True)]  # fmt: skip
+    digest = hashlib.sha256(json.dumps(factors, default=str).encode()).hexdigest()[:10]
+    return Path(root) / "torch_compile_cache" / digest / "rank_0_0" / "backbone"
+
+
+def compile_model(args, env: dict[str, str], level: int, clock: Clock, worker: str) -> float:
+    """torch.compile as vLLM logs it, from its cache when an earlier start with the same settings left one there;
+    its simulated seconds (0 without compilation: -O0 or --enforce-eager)."""
+    if level == 0 or args.enforce_eager:
+        return 0.0
+    cache = compile_cache(args, env, level)
+    clock.spend(DYNAMO_S)
+    log.info("backends.py:1167", f"Dynamo bytecode transform time: {DYNAMO_S:.2f} s", worker)
+    tokens = args.max_num_batched_tokens or 8192
+    if (cache / "done").is_file():
+        clock.spend(CACHE_LOAD_S)
+        log.info(
+            "backends.py:296",
+            f"Directly load the compiled graph(s) for compile range (1, {tokens}) from the cache, took "
+            f"{CACHE_LOAD_S:.3f} s",
+            worker,
+        )
+        total = DYNAMO_S + CACHE_LOAD_S
+    else:
+        clock.spend(INDUCTOR_S)
+        line = f"Compiling a graph for compile range (1, {tokens}) takes {INDUCTOR_S:.2f} s"
+        log.info("backends.py:399", line, worker)
+        with contextlib.suppress(OSError):  # an unwritable cache: compiled again next time, as vLLM does
+            cache.mkdir(parents=True, exist_ok=True)
+            (cache / "done").write_text("compiled by the vLLM test double\n")
+        total = DYNAMO_S + INDUCTOR_S
+    log.info("monitor.py:20", f"torch.compile took {total:.2f} s in total", worker)
+    return total
+
+
 def start(args, env: dict[str, str]) -> Engine:
     scale = float(env.get("VLLM_TEST_DOUBLE_TIME_SCALE", "1"))
     clock = Clock(scale=scale, timeout_s=float(env.get("VLLM_ENGINE_READY_TIMEOUT_S", "600")))
@@ -267,7 +353,9 @@ def start(args, env: dict[str, str]) -> Engine:
     budget_gib = gpu.memory_mib / 1024 * args.gpu_memory_utilization
     per_gpu_gib = (declared / tp + REPLICATED_GB * 1e9 * declared / 433e9) / GIB
     activation_gib = 1.5 + (args.max_num_batched_tokens or 8192) * 0.55 / 1024
-    graphs_gib = 0.0 if args.enforce_eager else 2.4
+    level = optimization_level(args)
+    graphs = not args.enforce_eager and level > 0
+    graphs_gib = 2.4 if graphs else 0.0
 
     # Loading: every shard really read; simulated time by page-cache residency before the read.
     prefetch = args.safetensors_load_strategy == "prefetch"
@@ -320,6 +408,7 @@ def start(args, env: dict[str, str]) -> Engine:
         "gpu_model_runner.py:3025", f"Model loading took {per_gpu_gib:.4f} GiB memory and {load_s:.6f} seconds", worker
     )
 
+    compile_model(args, env, level, clock, worker)  # the profiling run's first forward compiles
     if runner is not None:  # the profiling run: one dummy forward of max_num_batched_tokens tokens
         try:
             runner.profile_run()
@@ -353,13 +442,13 @@ def start(args, env: dict[str, str]) -> Engine:
         f"Maximum concurrency for {max_len:,} tokens per request: {kv_tokens / max_len:.2f}x",
         "EngineCore_DP0",
     )
-    if not args.enforce_eager:
+    if graphs:
         if runner is not None:
             try:
                 runner.capture_cudagraphs()
             except Exception as exc:
                 raise failure_from(exc, worker, CAPTURE_FRAMES) from exc
-        graph_s = 64 + 0.088 * min(seqs, 512)  # one A800 report: 256 -> 32 seqs cut capture from 86 s to 66 s
+        graph_s = CAPTURE_FIXED_S + CAPTURE_PER_SIZE_S * len(capture_sizes(args, seqs, spec_tokens))
         clock.spend(graph_s)
         log.info(
             "gpu_model_runner.py:4012",
