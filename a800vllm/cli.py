@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-t", "--tags", help="tags instead of the phase's own")
     parser.add_argument("--skip-tags", help="tags to skip")
     parser.add_argument("-C", "--check", action="store_true", help="check mode: change nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="upgrade: print the plan (which server first, against which) and stop"
+    )
     parser.add_argument("-D", "--diff", action="store_true", help="show the differences of changed files")
     parser.add_argument("--json", action="store_true", help="print the Result as JSON on stdout")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
@@ -155,6 +158,12 @@ def summary(result: Result) -> str:
         if isinstance(alerts, list):
             names = ", ".join(f"{a.get('alert')} ({a.get('host')}, {a.get('severity')})" for a in alerts)
             lines.append(f"{host:<24} alerts: {len(alerts)} firing" + (f": {names}" if names else ""))
+    upgrade = result.phase_data("upgrade")
+    if isinstance(upgrade.get("plan"), dict):
+        lines += ["upgrade plan:", *(f"  {line}" for line in upgrade["plan"].get("lines", []))]
+    if upgrade.get("verdict_lines"):
+        lines += [f"upgrade of {upgrade.get('canary')} (the canary): {upgrade['verdict_lines'][0]}",
+                  *(f"  {line.strip()}" for line in upgrade["verdict_lines"][1:])]  # fmt: skip
     verdict = "OK" if result.ok else result.outcome.upper()
     lines.append(f"{verdict} in {result.duration_s:.0f} s (rc {result.rc})")
     if result.message:
@@ -176,6 +185,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     command = args.command
+    if args.dry_run:
+        if command != "upgrade":
+            print("a800vllm: --dry-run is for upgrade (other phases: --check)", file=sys.stderr)
+            return EXIT_USAGE
+        extravars["upgrade_dry_run"] = True
+        args.check = True
     if command not in PHASES and Path(command).is_file():
         command = str(Path(command).absolute())  # a playbook from here, not from the project directory
     display = None if args.quiet else ProgressDisplay(sys.stderr)

@@ -31,12 +31,21 @@ def load_phases(path: Path = PHASES_FILE) -> list[dict[str, Any]]:
 
 
 def _phases() -> Mapping[str, Phase]:
-    """`deploy` (all of site.yml), each phase of phases.yml (site.yml with its tag, its opt-in variable set), and
-    `status` (read-only, a playbook of this package)."""
+    """`deploy` (all of site.yml), each phase of phases.yml (site.yml with its tag, its opt-in variable set),
+    `upgrade` (a change proven on a canary first, playbooks/upgrade.yml) and `status` (read-only, a playbook of this
+    package)."""
     phases = [Phase("deploy", "site.yml", description="every phase of site.yml, bare OS to a verified endpoint")]
     for entry in load_phases():
         extravars = {entry["opt_in"]: True} if entry.get("opt_in") else {}
         phases.append(Phase(entry["name"], "site.yml", entry["tag"], extravars, entry["description"]))
+    phases.append(
+        Phase(
+            "upgrade",
+            "playbooks/upgrade.yml",
+            description="a new image, launch or profile on one server first: verified and benchmarked against the old "
+            "release on the same load, then the rest, or rolled back by itself (--dry-run: the plan)",
+        )
+    )
     phases.append(
         Phase(
             "status",

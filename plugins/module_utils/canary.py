@@ -130,6 +130,22 @@ def canary_verdict(
     return {"decision": ROLL_BACK if reasons else PROMOTE, "reasons": reasons, "rows": rows, "rules": rules}
 
 
+def canary_figures(bench: Mapping[str, Any]) -> dict:
+    """A vllm_bench result (its `scenarios`) as the verdict reads it: the mean TTFT over the TTFT runs (ms), the
+    decode throughput of the highest concurrency run, and the requests completed and failed in all of them."""
+    scenarios = bench.get("scenarios") or {}
+    runs = [r for key in ("concurrency", "ttft") for r in scenarios.get(key) or [] if r]
+    ttfts = [float(r["mean_ttft_ms"]) for r in scenarios.get("ttft") or [] if r and r.get("mean_ttft_ms") is not None]
+    decode = [r for r in scenarios.get("concurrency") or [] if r and r.get("decode_throughput") is not None]
+    top = max(decode, key=lambda r: int(r.get("max_concurrency") or 0), default=None)
+    return {
+        "mean_ttft_ms": round(sum(ttfts) / len(ttfts), 1) if ttfts else None,
+        "decode_throughput": round(float(top["decode_throughput"]), 1) if top else None,
+        "completed": sum(int(r.get("completed") or 0) for r in runs),
+        "failed": sum(int(r.get("failed") or 0) for r in runs),
+    }
+
+
 def verdict_lines(verdict: Mapping[str, Any]) -> list[str]:
     """The verdict as the report shows it: the decision and why, then one line a figure."""
     head = verdict["decision"] + (": " + "; ".join(verdict["reasons"]) if verdict["reasons"] else ": every check held")

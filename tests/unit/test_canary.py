@@ -7,6 +7,7 @@ import pytest
 from ansible_collections.a800.vllm.plugins.module_utils.canary import (
     PROMOTE,
     ROLL_BACK,
+    canary_figures,
     canary_verdict,
     upgrade_plan,
     verdict_lines,
@@ -102,3 +103,27 @@ def test_a_failed_host_check_alone_does_not_judge_the_release_and_the_limits_are
     assert canary_verdict(host_only, OLD, OLD)["decision"] == PROMOTE
     strict = canary_verdict(PASSED, {**OLD, "mean_ttft_ms": 440.0}, OLD, {"max_ttft_ratio": 1.05})
     assert strict["decision"] == ROLL_BACK and strict["rules"] == {"max_ttft_ratio": 1.05, "min_decode_ratio": 0.9}
+
+
+def test_the_figures_are_read_from_the_benchmarks_result():
+    bench = {"scenarios": {
+        "concurrency": [{"max_concurrency": 4, "decode_throughput": 180.0, "completed": 8, "failed": 0},
+                        {"max_concurrency": 16, "decode_throughput": 388.04, "completed": 16, "failed": 1}],
+        "ttft": [{"mean_ttft_ms": 260.0, "completed": 3, "failed": 0}, {"mean_ttft_ms": 450.0, "completed": 3}],
+        "long_context": None,
+    }}  # fmt: skip
+    assert canary_figures(bench) == {"mean_ttft_ms": 355.0, "decode_throughput": 388.0, "completed": 30, "failed": 1}
+    assert canary_figures({}) == {"mean_ttft_ms": None, "decode_throughput": None, "completed": 0, "failed": 0}
+
+
+def test_the_filter_reads_each_hosts_decision_and_names_a_bad_canary():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.a800.vllm.plugins.filter.canary import upgrade_plan_filter
+
+    hostvars = {
+        "a800-1": {"serve_restarts": False, "__serve_decision": {"why": "", "differences": []}},
+        "a800-2": {"serve_restarts": True, "__serve_decision": {"why": "the launch changed", "differences": ["x"]}},
+    }
+    assert upgrade_plan_filter(["a800-1", "a800-2"], hostvars)["canary"] == "a800-2"
+    with pytest.raises(AnsibleFilterError, match="upgrade_canary: canary 'a800-1' keeps running"):
+        upgrade_plan_filter(["a800-1", "a800-2"], hostvars, "a800-1")

@@ -202,8 +202,8 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
     """The second site.yml, with the converge's extra vars, as Molecule's idempotence step ran it. Whether the kernel
     kept the weights in the page cache since the converge is the machine's memory pressure's (CI evicts pages, and a
     prewarm that reads them back reports the change it made), so the test decides it: the weights are evicted first,
-    and the one change allowed is the prewarm's reading them back; every other task changes nothing. Last in the
-    last file: the tests above read the converged state."""
+    and the one change allowed is the prewarm's reading them back; every other task changes nothing. Last of the
+    tests that read the converged state (test_upgrade.py, after it, changes the launch)."""
     import shlex
     import subprocess
     import sys

@@ -4,7 +4,9 @@ Answers: "What is A multiplied by B" -> content "A*B", with the working in the r
 -> "408"); a `max_tokens` too small for thinking + answer ends with no content and finish_reason "length".
 Speed, calibrated to the article's baselines on 8x A800 (TP8 + MTP): total decode throughput 80 tok/s at 1
 stream, 180 at 4, 390 at 16 (interpolated in between, flat beyond); TTFT 0.2-0.5 s for 80-960 prompt tokens,
-growing with longer prompts. VLLM_TEST_DOUBLE_SPEED multiplies every rate (tests run faster).
+growing with longer prompts. VLLM_TEST_DOUBLE_SPEED multiplies every rate (tests run faster);
+VLLM_TEST_DOUBLE_TTFT_FACTOR multiplies the prefill time alone (a release slower to its first token, for the canary
+upgrade's tests).
 Tokens are counted as one per 4 characters of text (a fixed, documented approximation of a tokenizer).
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -49,11 +52,12 @@ def total_throughput(streams: int) -> float:
 
 def ttft_seconds(tokens: int) -> float:
     """Prefill time: 0.2 s at 80 tokens to 0.45 s at 960 (article: 0.2-0.5 s), then ~20k tokens/s beyond."""
+    factor = float(os.environ.get("VLLM_TEST_DOUBLE_TTFT_FACTOR", "1"))
     if tokens <= 80:
-        return 0.2
+        return 0.2 * factor
     if tokens <= 960:
-        return 0.2 + 0.25 * (tokens - 80) / 880
-    return 0.45 + (tokens - 960) / 20000
+        return (0.2 + 0.25 * (tokens - 80) / 880) * factor
+    return (0.45 + (tokens - 960) / 20000) * factor
 
 
 @dataclass
