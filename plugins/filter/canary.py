@@ -22,7 +22,7 @@ from ansible_collections.a800.vllm.plugins.module_utils.canary import (
 
 def upgrade_plan_filter(hosts: list[str], hostvars: Any, canary: str | None = None) -> dict:
     """The plan from each host's serve decision (serve_restarts, __serve_decision), in the order of `hosts`."""
-    decisions = {}
+    decisions, images = {}, {}
     for host in hosts:
         facts = hostvars[host]
         decision = facts.get("__serve_decision") or {}
@@ -31,8 +31,9 @@ def upgrade_plan_filter(hosts: list[str], hostvars: Any, canary: str | None = No
             "why": decision.get("why", ""),
             "differences": list(decision.get("differences") or []),
         }
+        images[host] = dict(facts.get("upgrade_images") or {})
     try:
-        return upgrade_plan(decisions, hosts, canary or None)
+        return upgrade_plan(decisions, hosts, canary or None, images)
     except ValueError as exc:
         raise AnsibleFilterError(f"upgrade_canary: {exc}") from exc
 

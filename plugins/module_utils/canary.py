@@ -10,6 +10,8 @@ restarts, why, and what differs), taken read-only and all at once:
                 taken before it restarted
     batches     the other restarting hosts, one batch at a time, after the canary was promoted
     unchanged   the hosts whose server keeps running (nothing to upgrade)
+    kept_images what the rollback needs on disk: where the new release runs another image, the old one stays on every
+                restarting host (a rollback runs it by ID, and nothing here removes it), its size each and in all
 
 The verdict has two parts, both required to promote:
 
@@ -35,9 +37,15 @@ DEFAULT_RULES = {"max_ttft_ratio": 1.3, "min_decode_ratio": 0.9}
 CORRECTNESS_PREFIXES = ("log:", "answer_", "chat_", "tool_call", "stream", "mtp_acceptance")
 
 
-def upgrade_plan(decisions: Mapping[str, Mapping[str, Any]], order: Iterable[str], canary: str | None = None) -> dict:
+def upgrade_plan(
+    decisions: Mapping[str, Mapping[str, Any]],
+    order: Iterable[str],
+    canary: str | None = None,
+    images: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict:
     """The plan of an upgrade. `decisions`: host -> the serve decision (`restarts`, `why`, `differences`); `order`:
-    the hosts in inventory order; `canary`: a host to take first instead of the first that restarts."""
+    the hosts in inventory order; `canary`: a host to take first instead of the first that restarts; `images`: host ->
+    `old` (the image of the launch it runs), `new` (the release's image) and `old_bytes` (the old image's size)."""
     hosts = [h for h in order if h in decisions]
     restarting = [h for h in hosts if decisions[h].get("restarts")]
     if canary and canary not in restarting:
@@ -54,6 +62,7 @@ def upgrade_plan(decisions: Mapping[str, Mapping[str, Any]], order: Iterable[str
         "batches": [[h] for h in restarting[1:]],
         "unchanged": [h for h in hosts if h not in restarting],
     }
+    plan["kept_images"] = kept_images(images or {}, restarting)
     plan["lines"] = plan_lines(plan, decisions)
     return plan
 
@@ -76,12 +85,39 @@ def plan_lines(plan: Mapping[str, Any], decisions: Mapping[str, Mapping[str, Any
             f"{step}. {host}, once the canary is promoted: {decisions[host].get('why') or 'the launch changed'}"
         )
     lines.append(
-        "on a failed verdict the canary rolls back (its last known-good launch, the old image by ID) and rejoins; "
+        "on a failed verdict the canary leaves the fleet again, rolls back (its last known-good launch, the old image "
+        "by ID) and rejoins; "
         "no other host changes"
     )
+    kept = plan["kept_images"]
+    if kept["hosts"]:
+        lines.append(
+            f"the old image stays on {len(kept['hosts'])} server(s) until the fleet is promoted, and after (nothing "
+            f"here removes it): {_gb(kept['bytes'])} in all ("
+            + ", ".join(f"{h} {kept['hosts'][h]['image'][:19]} {_gb(kept['hosts'][h]['bytes'])}" for h in kept["hosts"])
+            + ")"
+        )
+    elif plan["canary"]:
+        lines.append("the release runs the image the servers run now: no old image to keep")
     if plan["unchanged"]:
         lines.append("unchanged:" + _hosts(plan["unchanged"]))
     return lines
+
+
+def kept_images(images: Mapping[str, Mapping[str, Any]], restarting: Iterable[str]) -> dict:
+    """The old images a rollback needs, on the hosts that restart onto another image: host -> image and bytes, and
+    the bytes in all (a size not read counts 0)."""
+    hosts = {}
+    for host in restarting:
+        image = images.get(host) or {}
+        old, new = str(image.get("old") or ""), str(image.get("new") or "")
+        if old and old != new:
+            hosts[host] = {"image": old, "bytes": int(image.get("old_bytes") or 0)}
+    return {"hosts": hosts, "bytes": sum(h["bytes"] for h in hosts.values())}
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:.1f} GB"
 
 
 def _hosts(hosts: list[str]) -> str:
@@ -113,15 +149,21 @@ def canary_verdict(
     failed = int(canary_bench.get("failed") or 0)
     if failed:
         reasons.append(f"{failed} of the canary's {failed + int(canary_bench.get('completed') or 0)} requests failed")
+    # A release that failed its own checks is not measured (it takes no request): its figures are not reasons too.
+    unmeasured = bool(reasons) and not any(
+        canary_bench.get(k) is not None for k in ("mean_ttft_ms", "decode_throughput")
+    )
     rows = []
     for label, key, limit, worse in (
         ("mean TTFT (ms)", "mean_ttft_ms", float(rules["max_ttft_ratio"]), "above"),
         ("decode throughput (tok/s)", "decode_throughput", float(rules["min_decode_ratio"]), "below"),
     ):
         ratio = _ratio(canary_bench.get(key), baseline_bench.get(key))
-        ok = ratio is not None and (ratio <= limit if worse == "above" else ratio >= limit)
+        ok = None if unmeasured else ratio is not None and (ratio <= limit if worse == "above" else ratio >= limit)
         rows.append({"figure": label, "canary": canary_bench.get(key), "old release": baseline_bench.get(key),
                      "ratio": ratio, "limit": f"{'<=' if worse == 'above' else '>='} {limit:g}", "ok": ok})  # fmt: skip
+        if unmeasured:
+            continue
         if ratio is None:
             reasons.append(f"{label}: no figure to compare (canary {canary_bench.get(key)!r}, "
                            f"old release {baseline_bench.get(key)!r})")  # fmt: skip
@@ -149,9 +191,10 @@ def canary_figures(bench: Mapping[str, Any]) -> dict:
 def verdict_lines(verdict: Mapping[str, Any]) -> list[str]:
     """The verdict as the report shows it: the decision and why, then one line a figure."""
     head = verdict["decision"] + (": " + "; ".join(verdict["reasons"]) if verdict["reasons"] else ": every check held")
+    state = {None: "not measured (it failed its checks)", True: "ok", False: "FAIL"}
     figures = [
         f"  {r['figure']}: canary {r['canary']}, old release {r['old release']}, ratio {r['ratio']} "
-        f"(limit {r['limit']}) {'ok' if r['ok'] else 'FAIL'}"
+        f"(limit {r['limit']}) {state[r['ok']]}"
         for r in verdict["rows"]
     ]
     return [head, *figures]

@@ -416,30 +416,26 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @live
-def test_preflight_of_a_good_host_streams_events_and_returns_its_checks(sim_inventory):
+def test_preflight_streams_events_returns_each_hosts_checks_and_raises_naming_the_4_gpu_host(sim_inventory):
+    """One preflight of both hosts, the inventory given as a mapping with its group_vars (the file form: the tests
+    below): the good host's checks and events come back, the 4-GPU host fails it by name."""
     events: list[Any] = []
     before = signal.getsignal(signal.SIGINT)
-    result = run("preflight", inventory=servers(GOOD), group_vars=SIM_GROUP_VARS, on_event=events.append)
-    assert result.ok and result.exit_code == 0 and result.status == "successful" and result.tags == "preflight"
-    assert list(result.hosts) == [GOOD] and result.hosts[GOOD].ok > 5 and result.hosts[GOOD].failures == 0
+    inventory = servers(GOOD, FOUR_GPU)
+    with pytest.raises(DeployError) as info:
+        run("preflight", inventory=inventory, group_vars=SIM_GROUP_VARS, on_event=events.append)
+    result = info.value.result
+    assert str(info.value).startswith(GPU_COUNT_LINE)
+    assert result.outcome is Outcome.FAILED and result.exit_code == 1 and result.tags == "preflight"
+    assert result.failed_hosts == [FOUR_GPU] and result.hosts[GOOD].failures == 0 and result.hosts[GOOD].ok > 5
+    assert result.failures[0].checks == ("gpu_count", "tensor_parallel_gpus")
+    assert set(result.preflight) == {GOOD, FOUR_GPU}
     checks = {c["name"]: c for c in result.preflight[GOOD]}
     assert checks["ram"]["status"] == "pass" and checks["nvidia_driver"]["status"] == "pending"
     assert any(isinstance(e, PlayStarted) and e.play.startswith("Preflight") for e in events)
     assert any(isinstance(e, TaskStarted) and e.host == GOOD and e.role == "preflight" for e in events)
     assert any(isinstance(e, TaskResult) and e.host == GOOD and e.status is TaskStatus.OK for e in events)
     assert signal.getsignal(signal.SIGINT) is before  # ansible-runner's handler does not stay behind
-
-
-@live
-def test_preflight_of_a_4_gpu_host_raises_naming_the_host_and_the_check(sim_inventory):
-    with pytest.raises(DeployError) as info:
-        run("preflight", inventory=sim_inventory)
-    result = info.value.result
-    assert str(info.value).startswith(GPU_COUNT_LINE)
-    assert result.outcome is Outcome.FAILED and result.exit_code == 1
-    assert result.failed_hosts == [FOUR_GPU] and result.hosts[GOOD].failures == 0
-    assert result.failures[0].checks == ("gpu_count", "tensor_parallel_gpus")
-    assert set(result.preflight) == {GOOD, FOUR_GPU}
 
 
 @live

@@ -149,3 +149,17 @@ def test_short_prefill_without_force_mqa_crashes_the_engine(launcher):
     assert reply.status_code == 500
     assert "in forward_mha" in run.log and "NotImplementedError" in run.log
     assert requests.get(run.url + "/health", timeout=5).status_code == 503
+
+
+def test_a_bad_release_answers_wrongly_leaves_the_tool_call_unparsed_and_logs_no_sparse_backend(launcher):
+    """VLLM_TEST_DOUBLE_FAULTS: the bad releases of the canary upgrade's tests, each as a client or the log shows it;
+    with none set, the same double answers right (the tests above)."""
+    run = launcher.start(env={"VLLM_TEST_DOUBLE_FAULTS": "wrong_answer,tool_call_parse_error,no_sparse_marker"})
+    assert "Application startup complete." in run.log, run.log
+    assert "TRITON_MLA_SPARSE" not in run.log  # the marker the verify role requires
+    assert "DeepGEMM not supported on this platform" in run.log  # the rest of the start as before
+    assert chat(run, QUESTION, max_tokens=150).json()["choices"][0]["message"]["content"] == "409"
+    reply = chat(run, "What's the weather in Paris right now?", tools=[WEATHER_TOOL], tool_choice="auto").json()
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "stop" and not choice["message"].get("tool_calls"), choice
+    assert choice["message"]["content"].startswith("<tool_call>get_weather<arg_key>city</arg_key>"), choice

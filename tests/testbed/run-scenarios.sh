@@ -92,6 +92,10 @@ elif [ "$given" != "$present" ]; then
   exit 2
 fi
 
+# The machine's CPU time over the lanes (/proc/stat, every CPU): busy well under 100 % means the items wait on
+# something other than the CPU (servers starting, alerts' windows) and more workers would fill it.
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8, $5+$6}' /proc/stat; }
+read -r busy0 idle0 < <(cpu_ticks)
 pids=()
 n=0
 if [ "$workers" -gt 0 ]; then
@@ -115,6 +119,9 @@ for i in $(seq 1 "$n"); do
 done
 echo "----- lanes -----"
 cat "$summary"
+read -r busy1 idle1 < <(cpu_ticks)
+echo "CPU over the lanes: $(( 100 * (busy1 - busy0) / (busy1 - busy0 + idle1 - idle0 + 1) )) % busy on $(nproc) CPUs" \
+  | tee -a .ansible-home/phase-times
 # When an item failed, its failures themselves, last, so that the tail of a long log (what CI keeps) names them: only
 # the items that failed, and of those only what failed them (not the rescued or expected failures a passing
 # scenario prints; tests/testbed/lane_failures.py).

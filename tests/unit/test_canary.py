@@ -53,6 +53,32 @@ def test_a_single_changing_host_is_judged_against_its_own_figures_and_nothing_to
     ]
 
 
+def test_the_old_image_a_rollback_needs_is_kept_and_its_disk_cost_counted():
+    """Only restarting hosts onto another image keep one; a size not read counts 0, never fails the plan."""
+    old, new = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    images = {
+        "a800-1": {"old": old, "new": new, "old_bytes": 24_600_000_000},
+        "a800-2": {"old": old, "new": new, "old_bytes": 24_600_000_000},
+        "a800-3": {"old": old, "new": new},  # keeps running: nothing to keep for a rollback
+    }
+    plan = upgrade_plan({"a800-1": restarts(), "a800-2": restarts(), "a800-3": KEEPS}, ORDER, images=images)
+    assert plan["kept_images"] == {
+        "hosts": {"a800-1": {"image": old, "bytes": 24_600_000_000}, "a800-2": {"image": old, "bytes": 24_600_000_000}},
+        "bytes": 49_200_000_000,
+    }
+    line = next(line for line in plan["lines"] if line.startswith("the old image stays"))
+    assert line == (
+        "the old image stays on 2 server(s) until the fleet is promoted, and after (nothing here removes it): 49.2 GB "
+        f"in all (a800-1 {old[:19]} 24.6 GB, a800-2 {old[:19]} 24.6 GB)"
+    )
+    same = {h: {"old": old, "new": old, "old_bytes": 1} for h in ORDER}
+    plan = upgrade_plan({h: restarts() for h in ORDER}, ORDER, images=same)
+    assert plan["kept_images"] == {"hosts": {}, "bytes": 0}
+    assert "the release runs the image the servers run now: no old image to keep" in plan["lines"]
+    unread = upgrade_plan({"a800-1": restarts()}, ORDER[:1], images={"a800-1": {"old": old, "new": new}})
+    assert unread["kept_images"]["bytes"] == 0 and unread["kept_images"]["hosts"]["a800-1"]["image"] == old
+
+
 OLD = {"mean_ttft_ms": 400.0, "decode_throughput": 390.0, "completed": 32, "failed": 0}
 PASSED = [{"name": "log:sparse_backend_in_use", "status": "pass"}, {"name": "answer_17x24", "status": "pass"}]
 
@@ -125,5 +151,18 @@ def test_the_filter_reads_each_hosts_decision_and_names_a_bad_canary():
         "a800-2": {"serve_restarts": True, "__serve_decision": {"why": "the launch changed", "differences": ["x"]}},
     }
     assert upgrade_plan_filter(["a800-1", "a800-2"], hostvars)["canary"] == "a800-2"
+    hostvars["a800-2"]["upgrade_images"] = {"old": "sha256:1", "new": "sha256:2", "old_bytes": 2_000_000_000}
+    assert upgrade_plan_filter(["a800-1", "a800-2"], hostvars)["kept_images"]["bytes"] == 2_000_000_000
     with pytest.raises(AnsibleFilterError, match="upgrade_canary: canary 'a800-1' keeps running"):
         upgrade_plan_filter(["a800-1", "a800-2"], hostvars, "a800-1")
+
+
+def test_a_release_that_failed_its_checks_is_not_measured_and_its_figures_are_no_reason():
+    checks = [{"name": "answer_17x24", "status": "fail", "detail": "answered 409"}]
+    verdict = canary_verdict(checks, {}, OLD)
+    assert verdict["decision"] == ROLL_BACK
+    assert verdict["reasons"] == ["answer_17x24 failed on the canary: answered 409"]
+    assert [r["ok"] for r in verdict["rows"]] == [None, None]
+    assert verdict_lines(verdict)[1].endswith("not measured (it failed its checks)")
+    # measured and passing its checks, a missing figure is still a reason
+    assert canary_verdict(PASSED, {}, OLD)["reasons"][0].startswith("mean TTFT (ms): no figure to compare")

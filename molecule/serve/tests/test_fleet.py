@@ -2,8 +2,9 @@
 
 First in file order (right after converge): the router holds both hosts; a team key is answered, a wrong key is
 401 with no upstream call, a key over its limit gets 429, a route outside the allowlist 404; the access log counts
-each key's requests by its id and never holds a key; then a rolling launch change under a bounded load through the
-gateway fails no request and never has more than one host out of the router.
+each key's requests by its id and never holds a key; then a canary upgrade (playbooks/upgrade.yml: the canary first,
+judged, promoted, then the rest rolling as the serve phase does) under a bounded load through the gateway fails no
+request, cuts no stream short and never has more than one host out of the router.
 
 Traffic goes only to the test bed's own containers (the scenario's Docker network), bounded in count and time.
 """
@@ -13,10 +14,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from test_serve import FLEET, H1, H2, ROOT, SERVE_KEY, config_hash, http, only_once, playbook, said, started, ts
@@ -197,8 +200,10 @@ class Load:
         self.streams, self.limit, self.deadline = streams, limit, time.monotonic() + seconds
         self.stop = threading.Event()
         self.lock = threading.Lock()
-        self.sent = 0
+        self.sent = self.streams_sent = self.truncated = 0
         self.failed: list[str] = []
+        self.failed_began: list[float] = []  # time.monotonic() at which each failed request was sent
+        self.ok_began: list[float] = []
         self.threads = [threading.Thread(target=self.caller, args=(i,)) for i in range(streams)]
 
     def caller(self, index: int) -> None:
@@ -207,16 +212,23 @@ class Load:
                 if self.sent >= self.limit:
                     return
                 self.sent += 1
+            began = time.monotonic()
             try:
                 status, body, _ = chat(KEYS["team-load"], stream=index % 2 == 1)
                 # A stream that a stop aborted still ends with [DONE] (vLLM: finish_reason "abort"): not whole.
                 whole = "[DONE]" in body and not re.search(r'"finish_reason": ?"abort"', body)
                 ok = status == 200 and (whole if index % 2 else "408" in body)
-            except OSError as error:
-                status, body, ok = 0, repr(error), False
-            if not ok:
-                with self.lock:
+            except Exception as error:  # any error is a failed request (a stream cut short: IncompleteRead)
+                status, body, ok, whole = 0, repr(error), False, False
+            with self.lock:
+                if index % 2:
+                    self.streams_sent += 1
+                    self.truncated += (status == 200 and not whole) or "IncompleteRead" in body  # cut short
+                if not ok:
                     self.failed.append(f"{status} {body[:200]}")
+                    self.failed_began.append(began)
+                else:
+                    self.ok_began.append(began)
 
     def __enter__(self) -> Load:
         for thread in self.threads:
@@ -229,14 +241,30 @@ class Load:
             thread.join(timeout=180)
 
 
-def test_a_rolling_change_under_load_fails_no_request(host):
+# The canary's load for the verdict: shorter than the default's 16 streams (CI's two CPUs, with the steady load below
+# running too). The limits are wide on purpose: here the figures of both releases are taken under that steady load at
+# different moments, so only the path is under test (promotion, the drains, the rest rolling); the limits themselves
+# are held where the load is alone (molecule/default/tests/test_upgrade.py, a 2x slower release) and in
+# tests/unit/test_canary.py.
+CANARY_LOAD = {"concurrency": [4], "ttft_prompt_tokens": [960], "long_context": {"enabled": False}}
+CANARY_RULES = {"max_ttft_ratio": 20, "min_decode_ratio": 0.05}
+# The upgrade's reports (reports/upgrade.md among them) go here: the default scenario's upgrades, side by side in CI,
+# write their own upgrade.md.
+CANARY_REPORTS = tempfile.mkdtemp(prefix="a800-upgrade-serve-")
+
+
+def test_a_canary_upgrade_under_load_is_promoted_and_fails_or_truncates_no_stream(host):
+    """playbooks/upgrade.yml on the fleet, under a steady load through nginx and the router: host 1 (the canary) is
+    drained, restarted, verified, benchmarked beside host 2 (still on the old release) and promoted; host 2 then rolls
+    as the serve phase does. Never more than one host out of the router, each rejoins verified, no request fails and
+    no stream is cut short."""
     only_once(host)
     hashes = {h: config_hash(h) for h in (H1, H2)}
     out_of_router: list[int] = []
     sampling = threading.Event()
 
     def sample() -> None:
-        for _ in range(1200):  # at most 10 minutes of samples
+        for _ in range(1800):  # at most 15 minutes of samples
             if sampling.is_set():
                 return
             out_of_router.append(len(WORKERS - router_workers()))
@@ -245,27 +273,38 @@ def test_a_rolling_change_under_load_fails_no_request(host):
     sampler = threading.Thread(target=sample)
     began = time.monotonic()
     with Load() as load:
-        time.sleep(3)  # the load is flowing before the change starts
+        time.sleep(3)  # the load is flowing before the upgrade starts
         sampler.start()
-        change = {"serve_extra_args": ["--max-log-len", str(100 + int(time.time()) % 900)]}  # new on every run
-        run = playbook("-e", json.dumps(change))
+        change = {
+            "serve_extra_args": ["--max-log-len", str(100 + int(time.time()) % 900)],  # new on every run
+            "bench_canary_scenarios": CANARY_LOAD,
+            "upgrade_rules": CANARY_RULES,
+            "a800_reports_dir": CANARY_REPORTS,
+        }
+        run = playbook("-e", json.dumps(change), playbook="playbooks/upgrade.yml")
         time.sleep(3)
     sampling.set()
     sampler.join()
     took = time.monotonic() - began
     text = said(run)
+    report = (Path(CANARY_REPORTS) / "upgrade.md").read_text()
     per_host = re.findall(
         r"(a800-mol-serve-\d): out of the router on \S+ with (\d+) request\(s\) in flight; (.+?) after ([\d.]+) s", text
     )
     back = dict(re.findall(r"(a800-mol-serve-\d): back in the router on \S+ after ([\d.]+) s out", text))
-    print(f"\nrolling change under load: {load.sent} requests sent, {len(load.failed)} failed, "
+    print(f"\ncanary upgrade under load: {load.sent} requests sent ({load.streams_sent} streamed), "
+          f"{len(load.failed)} failed, {load.truncated} stream(s) cut short, "
           f"at most {max(out_of_router, default=0)} host(s) out of the router, {took:.0f} s in all")  # fmt: skip
     for h, in_flight, outcome, drained_s in per_host:
         print(f"  {h}: {in_flight} request(s) in flight as it left, {outcome} after {drained_s} s; "
               f"{back.get(h, '?')} s out of the router (drain, restart, verify)")  # fmt: skip
-    assert run.returncode == 0, run.stdout[-4000:]
-    assert load.failed == [], load.failed[:5]
-    assert load.sent > 20
+    print(report)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert report.startswith("# Canary upgrade: promote"), report
+    assert f"Release {config_hash(H1)} on the canary {H1}, against the old release on\n{H2}" in report, report
+    assert "the release runs the image the servers run now: no old image to keep" in report, report
+    assert load.failed == [] and load.truncated == 0, load.failed[:5]
+    assert load.sent > 20 and load.streams_sent > 10
     assert max(out_of_router) == 1  # each host left, never both
     assert router_workers() == WORKERS
     assert [h for h, *_ in per_host] == [H1, H2] and sorted(back) == [H1, H2]
@@ -281,6 +320,50 @@ def test_a_rolling_change_under_load_fails_no_request(host):
         if "Application startup complete." in line
     ][-1]
     assert ts(started(H2)) > ts(ready_h1)  # host 2 went down only after host 1 served again
+
+
+def running_on(name: str) -> int:
+    """The requests the host's engine is running now (vLLM's vllm:num_requests_running)."""
+    code, text = http(name, "/metrics")
+    lines = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running")]
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in lines)) if code == 200 else 0
+
+
+def test_a_killed_engine_fails_only_the_requests_it_was_running_and_new_ones_succeed(host):
+    """kill -9 of host 2's engine under the steady load: at most the requests it was running fail (a stream it had
+    started answering cannot be finished elsewhere; one whose answer had not started, vllm-router sends to the other
+    host again), every request sent after the kill is answered (the router retries a worker that refuses the
+    connection on another), and the engine comes back by its restart policy, back in the router."""
+    only_once(host)
+    while time.time() - ts(started(H2)) < 15:  # Docker restarts only a container that ran 10 s (docs.docker.com)
+        time.sleep(1)
+    with Load() as load:
+        time.sleep(3)  # the load is flowing
+        deadline = time.monotonic() + 60
+        while (running := running_on(H2)) == 0:  # kill it with requests in flight
+            assert time.monotonic() < deadline, f"no request running on {H2} under the load within 60 s"
+            time.sleep(0.2)
+        killed, killed_at = time.monotonic(), time.time()
+        # the engine's process, killed on the host as the kernel's OOM killer would: `docker kill` would count as
+        # an operator's stop, which no restart policy undoes
+        pid = subprocess.run(["docker", "exec", H2, "docker", "inspect", "-f", "{{.State.Pid}}", "glm52-nvfp4"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        subprocess.run(["docker", "exec", H2, "kill", "-9", pid], check=True, capture_output=True)
+        time.sleep(20)  # new requests while the engine is gone, then while it starts again
+    after = [t for t in load.ok_began if t > killed]
+    print(f"\nkill -9 under load: {running} request(s) running on {H2} at the kill, {len(load.failed)} failed "
+          f"({load.truncated} of them streams cut short) "
+          f"({[round(t - killed, 1) for t in load.failed_began]} s from the kill), {len(after)} sent after it "
+          f"answered, {load.sent} in all")  # fmt: skip
+    # only requests in flight at the kill failed: each was sent before it, and a caller has one request at a time
+    assert all(t < killed for t in load.failed_began), load.failed
+    assert len(load.failed) <= load.streams, load.failed
+    assert len(after) >= 4, load.sent  # requests kept coming after the kill, and were answered
+    deadline = time.monotonic() + 300  # the next tests start from two serving hosts: fail here, not there
+    while http(H2, "/health")[0] != 200 or router_workers() != WORKERS:
+        assert time.monotonic() < deadline, f"{H2} did not serve again in the router within 300 s after the kill"
+        time.sleep(2)
+    assert ts(started(H2)) > killed_at  # the engine died and its restart policy started it again
 
 
 def test_the_fleet_play_gives_back_a_host_that_serves_and_names_one_that_does_not(host):

@@ -7,6 +7,10 @@ stream, 180 at 4, 390 at 16 (interpolated in between, flat beyond); TTFT 0.2-0.5
 growing with longer prompts. VLLM_TEST_DOUBLE_SPEED multiplies every rate (tests run faster);
 VLLM_TEST_DOUBLE_TTFT_FACTOR multiplies the prefill time alone (a release slower to its first token, for the canary
 upgrade's tests).
+VLLM_TEST_DOUBLE_FAULTS (comma separated) makes a bad release for the canary's tests, as a client sees one:
+`wrong_answer` (A*B+1), `tool_call_parse_error` (the tool call comes back as the model's raw text in `content`, with
+no `tool_calls`: what a client gets when the server's tool parser cannot read the model's output) and
+`no_sparse_marker` (startup.py: the sparse backend's selection line is not logged).
 Tokens are counted as one per 4 characters of text (a fixed, documented approximation of a tokenizer).
 """
 
@@ -50,6 +54,11 @@ def total_throughput(streams: int) -> float:
     return THROUGHPUT[-1][1]
 
 
+def faults() -> set[str]:
+    """The bad-release faults this double was started with (VLLM_TEST_DOUBLE_FAULTS)."""
+    return {f.strip() for f in os.environ.get("VLLM_TEST_DOUBLE_FAULTS", "").split(",") if f.strip()}
+
+
 def ttft_seconds(tokens: int) -> float:
     """Prefill time: 0.2 s at 80 tokens to 0.45 s at 960 (article: 0.2-0.5 s), then ~20k tokens/s beyond."""
     factor = float(os.environ.get("VLLM_TEST_DOUBLE_TTFT_FACTOR", "1"))
@@ -80,6 +89,13 @@ def plan_reply(
 ) -> Plan:
     last = next((_content_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
     tool = _pick_tool(last, tools, tool_choice)
+    if tool is not None and "tool_call_parse_error" in faults():
+        # GLM's own tool-call markup, left unparsed: the text reaches the client, no tool call does
+        arguments = json.loads(tool["arguments"]).items()
+        raw = f"<tool_call>{tool['name']}<arg_key>" + "".join(
+            f"{k}</arg_key><arg_value>{json.dumps(v, ensure_ascii=False)}" for k, v in arguments
+        )
+        return Plan(reasoning=[], content=_words(raw), tools_offered=True)
     if tool is not None:
         return Plan(
             reasoning=_words(f"The user needs {tool['name']}; I will call it. ") if reasoning_on else [],
@@ -99,7 +115,7 @@ def plan_reply(
             f"= {a * b}. "
             f"So the answer is {a * b}."
         )
-        answer = f"{a * b}"
+        answer = f"{a * b + 1}" if "wrong_answer" in faults() else f"{a * b}"
     else:
         thinking = (
             "Let me think about the request. The user wants a helpful answer; I will reply directly and keep it short."

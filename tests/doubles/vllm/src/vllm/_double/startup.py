@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import log
+from .generate import faults
 from .platform import Gpu, PlatformError, resolve_backend, select_backend, visible_gpus
 
 GIB = 1024**3
@@ -342,7 +343,8 @@ def start(args, env: dict[str, str]) -> Engine:
             ) from exc
         except Exception as exc:  # e.g. a backend module that fails while it is imported
             raise failure_from(exc, worker, MODEL_INIT_FRAMES) from exc
-        log.info("cuda.py:487", line, worker)
+        if "no_sparse_marker" not in faults():  # a bad release for the canary's tests (generate.py)
+            log.info("cuda.py:487", line, worker)
     else:
         backend = "FLASH_ATTN"
         log.info("cuda.py:487", "Using FLASH_ATTN attention backend out of potential backends: [FLASH_ATTN].", worker)
