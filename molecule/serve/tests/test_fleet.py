@@ -22,7 +22,22 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_serve import FLEET, H1, H2, ROOT, SERVE_KEY, config_hash, http, only_once, playbook, said, started, ts
+from test_serve import (
+    FLEET,
+    H1,
+    H2,
+    ROOT,
+    SERVE_KEY,
+    SIM_VARS,
+    STATE,
+    config_hash,
+    http,
+    only_once,
+    playbook,
+    said,
+    started,
+    ts,
+)
 
 testinfra_hosts = ["a800_servers"]
 
@@ -320,6 +335,38 @@ def test_a_canary_upgrade_under_load_is_promoted_and_fails_or_truncates_no_strea
         if "Application startup complete." in line
     ][-1]
     assert ts(started(H2)) > ts(ready_h1)  # host 2 went down only after host 1 served again
+
+
+def test_a_canary_slower_to_its_first_token_is_taken_out_again_and_rolled_back_under_load(host):
+    """A release three times slower to its first token (the double's VLLM_TEST_DOUBLE_TTFT_FACTOR), under the same
+    steady load and the default limits: the canary is verified and taken back into the fleet, measured beside host 2
+    and judged; the verdict takes it out of the router again, restores its launch and gives it back. Host 2 never
+    changes, the release is recorded as rolled back on both servers, and no request fails."""
+    only_once(host)
+    before = {h: (config_hash(h), started(h)) for h in (H1, H2)}
+    with Load() as load:
+        time.sleep(3)
+        slow = {**SIM_VARS["serve_extra_env"], "VLLM_TEST_DOUBLE_TTFT_FACTOR": "3"}
+        change = {"serve_extra_env": slow, "bench_canary_scenarios": CANARY_LOAD, "a800_reports_dir": CANARY_REPORTS}
+        run = playbook("-e", json.dumps(change), playbook="playbooks/upgrade.yml")
+        time.sleep(3)
+    text = said(run)
+    report = (Path(CANARY_REPORTS) / "upgrade.md").read_text()
+    print(f"\nslow canary under load: {load.sent} requests sent ({load.streams_sent} streamed), {len(load.failed)} "
+          f"failed, {load.truncated} stream(s) cut short\n{report}")  # fmt: skip
+    assert run.returncode != 0, run.stdout[-4000:]
+    assert report.startswith("# Canary upgrade: roll back"), report
+    assert re.search(r"mean TTFT \(ms\) [\d.]+x the old release's, above the limit 1\.3x", report), report
+    # admitted once verified, taken out again for the rollback, given back: two drains and two rejoins of host 1
+    assert re.findall(r"(a800-mol-serve-\d): out of the router", text) == [H1, H1], text[-4000:]
+    assert re.findall(r"(a800-mol-serve-\d): back in the router", text) == [H1, H1], text[-4000:]
+    assert config_hash(H1) == before[H1][0] and (config_hash(H2), started(H2)) == before[H2]  # host 2 untouched
+    assert router_workers() == WORKERS
+    for h in (H1, H2):
+        rejected = json.loads(subprocess.run(["docker", "exec", h, "cat", f"{STATE}/rejected.json"],
+                                             capture_output=True, text=True, check=True).stdout)  # fmt: skip
+        assert any(r["canary"] == H1 for r in rejected.values()), (h, rejected)
+    assert load.failed == [] and load.truncated == 0, load.failed[:5]
 
 
 def running_on(name: str) -> int:
