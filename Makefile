@@ -24,9 +24,13 @@ help:  ## list the targets
 $(VENV)/.installed: requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# --no-compile: Python compiles what it imports when it first imports it (most of ansible's bundled collections
-	# never are); compiling all of it here took a third of the install
+	# --no-compile, then the bytecode of what runs here: the toolchain and the three collections of requirements.yml,
+	# not the ~100 other collections of the ansible package (a third of the install, never imported). Python would
+	# write it on first import, but not where PYTHONDONTWRITEBYTECODE is set (CI's machine sets it): there every
+	# ansible-playbook, and every worker it forks for a task, compiled ansible's source again.
 	$(BIN)/pip install -q --no-compile -r requirements.lock
+	$(BIN)/python -m compileall -q -j 0 -x '/ansible_collections/(?!(community/docker|community/general|ansible/posix)/)' \
+	  $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null
 	touch $@
 
 venv: $(VENV)/.installed  ## install the pinned toolchain into .venv

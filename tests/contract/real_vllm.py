@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -93,6 +96,96 @@ def vllm_cli(*args: str) -> list[str]:
     return [vllm_python(), "-c", CLI_SHIM, *args]
 
 
+# The refusals (`vllm serve` with one bad value, which the CLI must refuse before it loads anything): each was a new
+# process importing torch and vLLM, ~10 CPU-seconds before the refusal itself. One process imports them once (the
+# shim, the CLI, the serve command's modules) and forks a child per call, which runs the CLI's main() with the call's
+# argv, cwd and stdout/stderr files and exits with its code: the same code path, exit status and messages as a new
+# process, without the import. (Servers that must start still run as their own processes: RealVllm.)
+_FORK_SERVER = (
+    CLI_SHIM
+    + r"""
+import json, traceback
+proto = os.fdopen(os.dup(1), "w", buffering=1)  # the calls' answers; what vLLM prints at import goes to stderr
+os.dup2(2, 1)
+from vllm.entrypoints.cli.main import main
+import vllm.entrypoints.openai.api_server  # noqa: F401  what `vllm serve` imports before it parses
+print(json.dumps({"ready": True}), file=proto)
+for line in sys.stdin:
+    call = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(call["cwd"])
+            os.setsid()  # its own group, like RealVllm's: a timeout kills whatever it started
+            for fd, path in ((1, call["stdout"]), (2, call["stderr"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+            sys.argv = ["vllm", *call["argv"]]
+            code = main() or 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    print(json.dumps({"pid": pid}), file=proto)
+    print(json.dumps({"rc": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}), file=proto)
+"""
+).replace('if __name__ == "__main__":', "if False:", 1)
+_fork_server: subprocess.Popen[str] | None = None
+
+
+def _fork_server_process() -> subprocess.Popen[str]:
+    global _fork_server
+    if _fork_server is None or _fork_server.poll() is not None:
+        log = tempfile.NamedTemporaryFile(prefix="vllm-fork-server-", suffix=".log", delete=False)  # noqa: SIM115
+        _fork_server = subprocess.Popen(
+            [vllm_python(), "-c", "import os, sys\n" + _FORK_SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=vllm_env(),
+            cwd="/tmp",
+        )
+        log.close()
+        if '"ready"' not in _fork_server.stdout.readline():
+            tail = Path(log.name).read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the vLLM fork server did not start (exit {_fork_server.wait()}):\n{tail}")
+    return _fork_server
+
+
+def run_cli(args: Sequence[str], cwd: str = "/tmp", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`vllm ARGS` run to its end (a refusal, a --help), as subprocess.run(vllm_cli(*args), capture_output=True,
+    text=True, env=vllm_env(), cwd=cwd) would, in a child of the fork server. Raises subprocess.TimeoutExpired."""
+    server = _fork_server_process()
+    killed: list[bool] = []
+
+    def kill(pid: int) -> None:
+        killed.append(True)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+        server.stdin.write(json.dumps({"argv": list(args), "cwd": cwd, "stdout": str(out), "stderr": str(err)}) + "\n")
+        server.stdin.flush()
+        timer = threading.Timer(timeout, kill, [json.loads(server.stdout.readline())["pid"]])
+        timer.start()
+        try:
+            rc = json.loads(server.stdout.readline())["rc"]
+        finally:
+            timer.cancel()
+        said = out.read_text(errors="replace"), err.read_text(errors="replace")
+    if killed:
+        raise subprocess.TimeoutExpired(vllm_cli(*args), timeout, *said)
+    return subprocess.CompletedProcess(vllm_cli(*args), rc, *said)
+
+
 def build_model(path: str | os.PathLike[str]) -> Path:
     """The tiny model in ``path``, built if missing (with the vLLM python: it has ``tokenizers``; the build
     locks and renames into place, so concurrent callers get one complete model)."""
@@ -110,13 +203,20 @@ def build_model(path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def serve_args(
+    model: str | os.PathLike[str], port: int, api_key: str | None = None, extra: Sequence[str] = ()
+) -> list[str]:
+    """The arguments of `vllm` that serve the model on the port, with the production flags of SERVE_FLAGS."""
+    args = ["serve", str(model), "--host", "127.0.0.1", "--port", str(port), *SERVE_FLAGS]
+    if api_key:
+        args += ["--api-key", api_key]
+    return args + list(extra)
+
+
 def serve_argv(
     model: str | os.PathLike[str], port: int, api_key: str | None = None, extra: Sequence[str] = ()
 ) -> list[str]:
-    argv = vllm_cli("serve", str(model), "--host", "127.0.0.1", "--port", str(port), *SERVE_FLAGS)
-    if api_key:
-        argv += ["--api-key", api_key]
-    return argv + list(extra)
+    return vllm_cli(*serve_args(model, port, api_key, extra))
 
 
 def _free_port() -> int:

@@ -342,14 +342,7 @@ def cli_runners(tmp_path_factory):
         )
 
     def real(extra: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            real_vllm.vllm_cli("serve", "/nonexistent", *extra),
-            capture_output=True,
-            text=True,
-            env=real_vllm.vllm_env(),
-            timeout=120,
-            cwd="/tmp",
-        )
+        return real_vllm.run_cli(["serve", "/nonexistent", *extra], timeout=120)
 
     return {"double": double, "real": real}
 

@@ -11,7 +11,6 @@ launch_value_out_of_range (the rollback that follows is held on the real engine 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -66,14 +65,7 @@ def test_real_vllm_refuses_what_the_rule_refuses(key, tiny_model):
     value, flag, bound = CASES[key]
     verdict = _value_range_check(launch_with(key, value))
     assert verdict["status"] == "fail" and f"model_profile.launch.{key} = {value!r}" in verdict["detail"]
-    run = subprocess.run(
-        real_vllm.serve_argv(tiny_model, 18999, extra=flag),
-        capture_output=True,
-        text=True,
-        env=real_vllm.vllm_env(),
-        timeout=300,
-        cwd="/tmp",
-    )
+    run = real_vllm.run_cli(real_vllm.serve_args(tiny_model, 18999, extra=flag))
     said = run.stdout + run.stderr
     assert run.returncode not in (0, 2), said[-3000:]  # parsed (not exit 2), then refused
     assert key.split(".")[-1] in said and bound in said, said[-3000:]
