@@ -18,7 +18,7 @@ description:
   - C(key) - I(key_path) as ansible.builtin.stat returns it (exists, mode, sha1 checksum).
   - C(rejected) - I(rejected_path) as ansible.builtin.slurp returns it (content, base64), empty without the file.
   - Fails, naming the command, when the Docker engine or ss does not answer. The result holds the containers'
-    environments: use no_log.
+    environments, so use no_log.
   - Changes nothing; supports check mode.
 options:
   container: {description: the serving container's name, type: str, required: true}
