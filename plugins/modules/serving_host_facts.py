@@ -13,11 +13,19 @@ description:
   - C(docker_snap) says whether Docker is installed from the snap (C(/snap/bin/docker), C(/snap/docker), or the
     C(docker) on PATH is the snap's), which the container toolkit does not support
     (plugins/module_utils/docker_snap.py).
+  - C(shm_bytes) is the size of C(/dev/shm) in bytes as C(df -B1 --output=size /dev/shm) prints it (blocks times
+    fragment size), as a string; empty without a C(/dev/shm).
+  - With I(apt_deps), C(apt_deps) says whether the apt and deb822_repository modules find their Python libraries
+    (plugins/module_utils/apt_preview.py, as the apt_deps_facts module), so that the preflight reads it in this run.
 options:
   weights_path:
     description: Directory of the model weights. When it does not exist yet, its nearest existing parent is measured.
     type: path
     required: true
+  apt_deps:
+    description: Also probe python3-apt and python3-debian (C(apt_deps)).
+    type: bool
+    default: false
 author: a800-vllm project
 """
 
@@ -31,7 +39,7 @@ RETURN = r"""
 ansible_facts:
   description: >-
     C(host_facts) with mem_total_gib, mem_available_gib, cpus, kernel, weights, secure_boot, runfile_driver,
-    docker_snap.
+    docker_snap, shm_bytes, and apt_deps when asked.
   returned: always
   type: dict
 """
@@ -40,6 +48,8 @@ import glob  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.common.respawn import probe_interpreters_for_module  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.apt_preview import apt_deps  # noqa: E402
 from ansible_collections.a800.vllm.plugins.module_utils.docker_snap import snap_docker_facts  # noqa: E402
 from ansible_collections.a800.vllm.plugins.module_utils.pagecache import meminfo  # noqa: E402
 
@@ -85,6 +95,15 @@ def weights_facts(path: str) -> dict:
     return facts
 
 
+def shm_bytes(path: str = "/dev/shm") -> str:
+    """The size of path's filesystem in bytes, as df -B1 --output=size prints it; empty when there is none."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return ""
+    return str(stat.f_blocks * (stat.f_frsize or stat.f_bsize))
+
+
 def secure_boot(module: AnsibleModule) -> str:
     mokutil = module.get_bin_path("mokutil")
     if mokutil:
@@ -106,7 +125,13 @@ def secure_boot(module: AnsibleModule) -> str:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"weights_path": {"type": "path", "required": True}}, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={
+            "weights_path": {"type": "path", "required": True},
+            "apt_deps": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
     mem = meminfo()
     facts = {
         "mem_total_gib": round(mem["MemTotal"] / GIB, 1),
@@ -120,7 +145,10 @@ def main() -> None:
         "runfile_driver": RUNFILE_UNINSTALLER if os.path.exists(RUNFILE_UNINSTALLER) else None,
         # Docker from the snap, which the container toolkit does not support (docs/field.md#docker-from-the-snap)
         "docker_snap": snap_docker_facts(docker_on_path=module.get_bin_path("docker")),
+        "shm_bytes": shm_bytes(),
     }
+    if module.params["apt_deps"]:
+        facts["apt_deps"] = apt_deps(probe_interpreters_for_module)
     module.exit_json(changed=False, ansible_facts={"host_facts": facts})
 
 

@@ -133,6 +133,27 @@ def test_serving_host_facts_reports_it():
     assert ("/snap/docker" in snap["evidence"]) is os.path.isdir("/snap/docker")
 
 
+def test_serving_host_facts_reads_shm_and_apt_deps_as_the_reads_it_replaces():
+    """The preflight's one module run (roles/preflight/tasks/main.yml) holds what two reads gave: /dev/shm's size as
+    df prints it (the serve role's tasks/host_shm.yml) and, when asked, the apt library probe of apt_deps_facts."""
+    if not (Path(sys.executable).parent / "ansible").exists():
+        pytest.skip(f"ansible not installed beside {sys.executable}")
+    weights = f"weights_path={ROOT / 'no-such-weights'}"
+    rc, out, raw = ansible_adhoc("localhost", "-c", "local", "-i", "localhost,", "-m", "a800.vllm.serving_host_facts",
+                                 "-a", f"{weights} apt_deps=true")  # fmt: skip
+    assert rc == 0 and out, raw
+    facts = out["plays"][0]["tasks"][0]["hosts"]["localhost"]["ansible_facts"]["host_facts"]
+    df = subprocess.run(["df", "-B1", "--output=size", "/dev/shm"], capture_output=True, text=True, check=True)
+    assert facts["shm_bytes"] == df.stdout.splitlines()[-1].strip()
+    rc, out, raw = ansible_adhoc("localhost", "-c", "local", "-i", "localhost,", "-m", "a800.vllm.apt_deps_facts")
+    assert rc == 0 and out, raw
+    assert facts["apt_deps"] == out["plays"][0]["tasks"][0]["hosts"]["localhost"]["apt_deps"]
+    rc, out, raw = ansible_adhoc("localhost", "-c", "local", "-i", "localhost,", "-m", "a800.vllm.serving_host_facts",
+                                 "-a", weights)  # fmt: skip
+    assert rc == 0 and out, raw
+    assert "apt_deps" not in out["plays"][0]["tasks"][0]["hosts"]["localhost"]["ansible_facts"]["host_facts"]
+
+
 def test_the_preflight_judges_it_with_the_bill_of_materials():
     main = yaml.safe_load((ROOT / "roles" / "preflight" / "tasks" / "main.yml").read_text())
     results = next(t for t in main if t["name"] == "Check the facts against the model profile")
@@ -141,17 +162,25 @@ def test_the_preflight_judges_it_with_the_bill_of_materials():
 
 
 def test_container_runtime_stops_before_anything_changes():
+    """The role's first task reads the snap's places (find.yml, or the plan's read of this run), the second stops on
+    them: before the apt sources, before docker.io."""
     tasks = yaml.safe_load((ROOT / "roles" / "container_runtime" / "tasks" / "main.yml").read_text())
     names = [t["name"] for t in tasks]
     look = names.index(
         "Look for Docker from the snap (the container toolkit does not support it) and for an installed engine"
     )
     stop = names.index("Stop on Docker from the snap, before anything changes (docs/field.md#docker-from-the-snap)")
-    assert look == 0 and stop == 1  # before the apt sources, before docker.io
+    assert look == 0 and stop == 1
+    assert tasks[look]["ansible.builtin.include_tasks"] == "find.yml"
+    assert tasks[look]["when"] == "__container_runtime_found is not defined"  # the plan's read, else its own
+    plan = yaml.safe_load((ROOT / "roles" / "container_runtime" / "tasks" / "plan.yml").read_text())
+    assert plan[0]["ansible.builtin.import_tasks"] == "find.yml"
+    (read,) = yaml.safe_load((ROOT / "roles" / "container_runtime" / "tasks" / "find.yml").read_text())
+    assert read["ansible.builtin.command"]["argv"] == "{{ __container_runtime_find_argv }}"
+    assert read["register"] == "__container_runtime_found"
     mod = docker_snap()
     role_vars = yaml.safe_load((ROOT / "roles" / "container_runtime" / "vars" / "main.yml").read_text())
     assert role_vars["__container_runtime_snap_paths"] == [mod.SNAP_DOCKER_COMMAND, mod.SNAP_DOCKER_DIR]
-    assert tasks[look]["ansible.builtin.command"]["argv"] == "{{ __container_runtime_find_argv }}"
     assert "__container_runtime_snap_paths" in tasks[stop]["vars"]["__found"]
     assert "a800.vllm.docker_snap_check(container_runtime_docker_install)" in tasks[stop]["vars"]["__check"]
 

@@ -235,14 +235,21 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
     assert driver_reads == ["ok", "skipping"], driver_reads
     assert "nvidia_driver : Read the running driver after the install" not in run.stdout
     # What a run has read once is not read again in it (nothing a run does changes it): the preflight's host facts
-    # and apt library probe, the plan's dpkg read for the driver decision, the checkpoint index and /dev/shm.
+    # and apt library probe, the plan's dpkg read for the driver decision, the checkpoint index and /dev/shm (with the
+    # preflight's host facts: the serve role's read never runs after a preflight); the plan's reads of Docker's
+    # place and of daemon.json, and the preflight's of the engine's image store (no engine was installed since) and of
+    # the GPUs (the driver did not change).
     once = {
         "nvidia_driver : Read the installed driver packages and Fabric Manager": ["ok"],
         "nvidia_driver : Read the host's Secure Boot state and any .run-installed driver": ["skipping"],
         "weights : Read the host's RAM (as the preflight does; a run whose preflight read it takes that)": ["skipping"],
         "a800 : Install what the repository module needs": ["skipping", "skipping"],
         "serve : Read the checkpoint index (its declared size is what the engine loads)": ["ok", "skipping"],
-        "serve : Read the size of the host's /dev/shm": ["ok", "skipping"],
+        "serve : Read the size of the host's /dev/shm": ["skipping", "skipping"],
+        "container_runtime : Find an installed Docker engine, and Docker from the snap": ["ok"],
+        "container_runtime : Read daemon.json": ["ok"],
+        "container_runtime : Read the image store of the running engine": ["ok"],
+        "serve : Read the GPUs": ["skipping"],
     }
     assert {task: task_outcomes(run.stdout, name, task) for task in once} == once
     # The GPUs are read and checked once: the host phase does not repeat the preflight when the driver did not change.
