@@ -41,7 +41,9 @@ def _dpkg_versions(text: str) -> dict[str, str]:
 def container_runtime_plan(now: dict[str, Any], packages: list[str], version: str, proxy_wanted: str) -> dict:
     """Whether the container_runtime role would restart dockerd, with its reasons, from what the host has now:
     `dockerd` (an engine installed), `toolkit` (dpkg-query's lines for the toolkit packages), `proxy_now` (the proxy
-    drop-in's text, '' when there is none) and `daemon_json` (daemon_json_change's action: none, reload, restart)."""
+    drop-in's text, '' when there is none) and `daemon_json` (daemon_json_change's action: none, reload, restart).
+    `toolkit_current`: every toolkit package is installed at `version`, so the role's apt install would change
+    nothing (and is skipped)."""
     reasons = []
     if not now.get("dockerd"):
         reasons.append("no Docker engine is installed: the role installs one")
@@ -53,7 +55,7 @@ def container_runtime_plan(now: dict[str, Any], packages: list[str], version: st
         reasons.append("dockerd's proxy drop-in changes: dockerd restarts")
     if now.get("daemon_json") == "restart":
         reasons.append("daemon.json changes a key a reload does not apply: dockerd restarts")
-    return {"restart": bool(reasons), "reasons": reasons}
+    return {"restart": bool(reasons), "reasons": reasons, "toolkit_current": not off}
 
 
 def host_plan(driver: dict[str, Any] | None, runtime: dict[str, Any] | None, serving: bool) -> dict:

@@ -44,8 +44,25 @@ def test_an_empty_list_of_rolling_batches_is_refused():
 
 
 def test_a_runtime_at_its_versions_restarts_nothing():
-    assert runtime() == {"restart": False, "reasons": []}
-    assert runtime(daemon_json="reload") == {"restart": False, "reasons": []}  # SIGHUP: containers untouched
+    assert runtime() == {"restart": False, "reasons": [], "toolkit_current": True}
+    # SIGHUP: containers untouched
+    assert runtime(daemon_json="reload") == {"restart": False, "reasons": [], "toolkit_current": True}
+
+
+@pytest.mark.parametrize(
+    ("toolkit", "current"),
+    [
+        (dict.fromkeys(TOOLKIT, VERSION), True),
+        (dict.fromkeys(TOOLKIT, VERSION) | {"libnvidia-container1": "1.17.7-1"}, False),  # one at another version
+        ({p: VERSION for p in TOOLKIT[:3]}, False),  # one missing
+    ],
+)  # fmt: skip
+def test_the_toolkit_install_is_skipped_only_when_every_package_is_at_the_version(toolkit, current):
+    """roles/container_runtime/tasks/main.yml skips its apt install on toolkit_current: apt would change nothing."""
+    assert runtime(toolkit=dpkg(toolkit))["toolkit_current"] is current
+    assert runtime(toolkit=dpkg(dict.fromkeys(TOOLKIT, VERSION), status="rc"))["toolkit_current"] is False
+    held = dpkg(dict.fromkeys(TOOLKIT, VERSION), status="hi")
+    assert runtime(toolkit=held)["toolkit_current"] is True  # on hold, installed: apt would change nothing either
 
 
 @pytest.mark.parametrize(

@@ -252,6 +252,9 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
         "serve : Read the GPUs": ["skipping"],
     }
     assert {task: task_outcomes(run.stdout, name, task) for task in once} == once
+    # Every toolkit package is at its version (the plan's dpkg read): apt is not asked to install them again.
+    toolkit = task_outcomes(run.stdout, name, "container_runtime : Install the four toolkit packages at one version")
+    assert toolkit == ["skipping"], toolkit
     # The GPUs are read and checked once: the host phase does not repeat the preflight when the driver did not change.
     gpu_reads = [line for line in run.stdout.splitlines() if line.startswith("TASK [preflight : Read the GPUs from")]
     assert len(gpu_reads) == 1, gpu_reads
