@@ -6,10 +6,11 @@
 
 It builds the parser the way `vllm serve` does (make_arg_parser over FlexibleArgumentParser, the same import as
 roles/serve/files/vllm_argcheck.py) and keeps, per long option: its kind (the value type the profile may give),
-its choices, and whether it takes several values. The role a800 checks every key of model_profile.launch against
-this table (unknown key: the nearest known one is suggested; a value of the wrong type: named), in seconds, before
-anything changes. Run it with the Python of an installed vLLM (the contract venv has the 0.32.0 CPU build; inside
-a serving image: `docker run --rm --entrypoint python3 IMAGE - < scripts/record_vllm_serve_flags.py`).
+its choices, and whether it takes several values. The role validate_inventory checks every key of
+model_profile.launch against this table (unknown key: the nearest known one is suggested; a value of the wrong type:
+named), in seconds, before anything changes. Run it with the Python of an installed vLLM (the contract venv has the
+0.32.0 CPU build; inside a serving image:
+`docker run --rm --entrypoint python3 IMAGE - < scripts/record_vllm_serve_flags.py`).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def apt_deps(
 
 
 def parse_dpkg(text: str) -> dict[str, dict[str, str]]:
-    """The output of dpkg-query -W with the format of roles/a800/vars/main/check_mode.yml (name, the three status
+    """The output of dpkg-query -W with the format of roles/apt_sources/vars/main.yml (name, the three status
     letters, version; tab-separated): {name: {status, version, installed}}. A package listed once per architecture
     counts as installed when one of them is."""
     packages: dict[str, dict[str, str]] = {}

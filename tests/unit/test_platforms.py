@@ -3,6 +3,12 @@ choice of NVIDIA's repository path, package names, versions and Docker pin."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
@@ -165,6 +171,32 @@ def test_another_ubuntu_release_is_refused():
     other = identity("ubuntu-24.04")
     other["os_release"] = dict(other["os_release"], VERSION_ID="20.04", PRETTY_NAME="Ubuntu 20.04.6 LTS")
     assert a800_platform_checks(other, list(platforms().values()), "3.8")[0]["status"] == "fail"
+
+
+def test_a_system_without_per_release_facts_stops_every_play_naming_it(tmp_path: Path):
+    """Where facts were gathered, the role a800 has the host's release checked (the role validate_inventory,
+    tasks/platform.yml) before it loads the per-release file: a release without one stops the play there, naming
+    what the host runs and what the roles support, before any other task (a templating error did once)."""
+    (tmp_path / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"children": {"a800_servers": {"hosts": {"foreign": {"ansible_connection": "local"}}}}}})
+    )
+    (tmp_path / "group_vars").symlink_to(ROOT / "inventories/prod/group_vars", target_is_directory=True)
+    play = {"name": "A play", "hosts": "a800_servers", "gather_facts": False, "roles": [{"role": "a800"}],
+            "tasks": [{"name": "After the role a800", "ansible.builtin.debug": {"msg": "reached"}}]}  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play], sort_keys=False))
+    facts = {"distribution": "Rocky", "distribution_version": "9.6", "distribution_major_version": "9",
+             "os_family": "RedHat"}  # fmt: skip
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"))  # fmt: skip
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), str(tmp_path / "play.yml")]
+    argv += ["-i", str(tmp_path / "hosts.yml")]
+    argv += ["-e", json.dumps({"ansible_facts": facts, "ansible_python_interpreter": sys.executable})]
+    run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out
+    assert "TASK [validate_inventory : Stop on a system without per-release facts]" in out
+    assert "foreign runs Rocky 9.6 (RedHat family): the roles support Ubuntu 22.04 LTS (jammy)" in out, out
+    assert "After the role a800" not in out and "Load the per-release facts" not in out
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The model profile's schema (roles/a800/meta/argument_specs.yml, entry point `profile`) and the flag table of
-`vllm serve` (roles/a800/files/vllm_serve_flags.yml): what the role a800 checks in every play before anything
-runs (plugins/filter/profile.py), and a typo failing `ansible-playbook site.yml` in its first play."""
+`vllm serve` (roles/a800/files/vllm_serve_flags.yml): what the role validate_inventory (imported by the role a800,
+first in every play) checks before anything runs (plugins/filter/profile.py), and a typo failing
+`ansible-playbook site.yml` in its first play."""
 
 from __future__ import annotations
 
@@ -235,7 +236,7 @@ def test_site_yml_stops_in_its_first_play_naming_the_key(one_host, overrides, li
     out = run.stdout + run.stderr
     assert run.returncode == 2, out
     assert line in out
-    assert "PLAY [Preflight" in out and "TASK [a800 : Stop when the model profile" in out
+    assert "PLAY [Preflight" in out and "TASK [validate_inventory : Stop when the model profile" in out
     assert "TASK [preflight" not in out and "PLAY [Host" not in out  # no role past the check, no other play
     assert "changed=0" in out and "failed=1" in out
 

@@ -243,7 +243,7 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
         "nvidia_driver : Read the installed driver packages and Fabric Manager": ["ok"],
         "nvidia_driver : Read the host's Secure Boot state and any .run-installed driver": ["skipping"],
         "weights : Read the host's RAM (as the preflight does; a run whose preflight read it takes that)": ["skipping"],
-        "a800 : Install what the repository module needs": ["skipping", "skipping"],
+        "apt_sources : Install what the repository module needs": ["skipping", "skipping"],
         "serve : Read the checkpoint index (its declared size is what the engine loads)": ["ok", "skipping"],
         "serve : Read the size of the host's /dev/shm": ["skipping", "skipping"],
         "container_runtime : Find an installed Docker engine, and Docker from the snap": ["ok"],
