@@ -60,15 +60,20 @@ def container_runtime_plan(now: dict[str, Any], packages: list[str], version: st
 
 def host_plan(driver: dict[str, Any] | None, runtime: dict[str, Any] | None, serving: bool) -> dict:
     """The host phase's plan for one host: `side_by_side` when neither the driver (nvidia_driver_plan) nor the
-    container runtime (container_runtime_plan) would take it down; `detail` says why, for the play's output."""
+    container runtime (container_runtime_plan) would take it down; `detail` says why, for the play's output.
+    `serving_undisturbed`: a server runs and nothing disruptive is planned, so the server's own container, which holds
+    every GPU through the runtime that stays as it is, already proves what the container runtime role's --gpus all
+    check would (roles/container_runtime/tasks/main.yml skips that check then)."""
     if not driver or not runtime:
-        return {"side_by_side": False, "detail": "not planned: rolls in its own batch"}
+        return {"side_by_side": False, "serving_undisturbed": False, "detail": "not planned: rolls in its own batch"}
     reasons = ([driver.get("detail", "")] if driver.get("reboot") else []) + list(runtime.get("reasons", []))
     state = "serving" if serving else "not serving"
     if not reasons and not runtime.get("restart"):
-        return {"side_by_side": True, "detail": f"{state}; nothing disruptive ({driver.get('detail', '')})"}
+        return {"side_by_side": True, "serving_undisturbed": bool(serving),
+                "detail": f"{state}; nothing disruptive ({driver.get('detail', '')})"}  # fmt: skip
     stays = "" if driver.get("reboot") else f" ({driver.get('detail', '')})"
-    return {"side_by_side": False, "detail": f"{state}; rolls: " + "; ".join(reasons) + stays}
+    return {"side_by_side": False, "serving_undisturbed": False,
+            "detail": f"{state}; rolls: " + "; ".join(reasons) + stays}  # fmt: skip
 
 
 class FilterModule:

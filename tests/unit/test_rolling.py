@@ -93,13 +93,17 @@ def test_a_host_runs_side_by_side_only_when_nothing_takes_it_down():
     reboots = {"reboot": True, "detail": "no driver runs: the install ends with a reboot"}
     quiet = host_plan(stays, runtime(), True)
     assert quiet["side_by_side"] is True and "580.95.05" in quiet["detail"] and quiet["detail"].startswith("serving")
+    assert quiet["serving_undisturbed"] is True  # its running server proves the GPUs in a container
+    assert host_plan(stays, runtime(), False)["serving_undisturbed"] is False  # nothing runs: the check runs
     assert host_plan(reboots, runtime(), True) == {
         "side_by_side": False,
+        "serving_undisturbed": False,
         "detail": "serving; rolls: no driver runs: the install ends with a reboot",
     }
     restart = host_plan(stays, runtime(daemon_json="restart"), False)
     assert restart["side_by_side"] is False and restart["detail"].startswith("not serving; rolls: daemon.json")
     assert restart["detail"].endswith("(driver 580.95.05 runs and stays: no reboot)")  # the driver's verdict too
+    assert restart["serving_undisturbed"] is False
     assert host_plan(None, runtime(), True)["side_by_side"] is False  # not planned: rolls
 
 

@@ -250,11 +250,25 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
         "container_runtime : Read daemon.json": ["ok"],
         "container_runtime : Read the image store of the running engine": ["ok"],
         "serve : Read the GPUs": ["skipping"],
+        # The preflight found the engine answering and no reboot is planned: it is not asked again.
+        "container_runtime : Find the running Docker engine": ["skipping"],
     }
     assert {task: task_outcomes(run.stdout, name, task) for task in once} == once
     # Every toolkit package is at its version (the plan's dpkg read): apt is not asked to install them again.
     toolkit = task_outcomes(run.stdout, name, "container_runtime : Install the four toolkit packages at one version")
     assert toolkit == ["skipping"], toolkit
+    # The same for the driver: every package at its version in the plan's dpkg read, so apt's lists are not read and
+    # apt is not asked (nor for the running kernel's headers, installed by the converge).
+    driver = {task: task_outcomes(run.stdout, name, "nvidia_driver : " + task)
+              for task in ("Read the archive's versions of the driver packages",
+                           "Install the pinned driver packages (compute only) at the archive's versions")}  # fmt: skip
+    assert all(outcomes == ["skipping"] for outcomes in driver.values()), driver
+    headers = [line for line in run.stdout.splitlines() if line.startswith("TASK [nvidia_driver : Install linux-head")]
+    assert len(headers) == 1, headers
+    assert task_outcomes(run.stdout, name, headers[0][len("TASK [") :].split("]", 1)[0]) == ["skipping"]
+    # The server was running and nothing disruptive was planned: its container proves the GPUs, no probe container.
+    probe = task_outcomes(run.stdout, name, "container_runtime : Prove that a --gpus all container sees every GPU")
+    assert probe == ["skipping"], probe
     # The GPUs are read and checked once: the host phase does not repeat the preflight when the driver did not change.
     gpu_reads = [line for line in run.stdout.splitlines() if line.startswith("TASK [preflight : Read the GPUs from")]
     assert len(gpu_reads) == 1, gpu_reads
