@@ -73,10 +73,18 @@ def file_content(path: str) -> dict[str, Any]:
 
 
 def serving_state(
-    run: Run, container: str, images: Sequence[str], port: int, key_path: str, rejected_path: str
+    run: Run,
+    container: str,
+    images: Sequence[str],
+    port: int,
+    key_path: str,
+    rejected_path: str,
+    last_good_path: str | None = None,
 ) -> dict[str, Any]:
     """Every read, in the order the tasks ran them: the container first (its image is inspected with the serving
-    image), then the port, the running containers, the key file and the rejected releases."""
+    image), then the port, the running containers, the key file and the rejected releases; with ``last_good_path``,
+    the last known-good launch's stat too (``last_good``, as ``key``), so that a launch kept already is not written
+    again."""
     current = container_info(run, container)
     own_image = [current["container"].get("Image", "")] if current["exists"] else []
     state: dict[str, Any] = {"current": current, "images": image_info(run, [*images, *own_image])}
@@ -93,4 +101,6 @@ def serving_state(
     state["running_inspect"] = run(["docker", "container", "inspect", *running])[1] if running else ""
     state["key"] = file_stat(key_path)
     state["rejected"] = file_content(rejected_path)
+    if last_good_path:
+        state["last_good"] = file_stat(last_good_path)
     return state

@@ -17,6 +17,7 @@ description:
     container inspect) of them as text (empty without any).
   - C(key) - I(key_path) as ansible.builtin.stat returns it (exists, mode, sha1 checksum).
   - C(rejected) - I(rejected_path) as ansible.builtin.slurp returns it (content, base64), empty without the file.
+  - C(last_good) - with I(last_good_path), that file as C(key) is (exists, mode, sha1 checksum).
   - Fails, naming the command, when the Docker engine or ss does not answer. The result holds the containers'
     environments, so use no_log.
   - Changes nothing; supports check mode.
@@ -26,6 +27,7 @@ options:
   port: {description: the serving port, type: int, required: true}
   key_path: {description: the API key file, type: path, required: true}
   rejected_path: {description: the releases rolled back on this host (rejected.json), type: path, required: true}
+  last_good_path: {description: the last known-good launch (last-good.json), type: path}
 author: a800-vllm project
 """
 
@@ -43,7 +45,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 serving_state:
-  description: current, images, port_listener, running, running_inspect, key, rejected (see the description).
+  description: current, images, port_listener, running, running_inspect, key, rejected, last_good (see the description).
   returned: success
   type: dict
 """
@@ -60,6 +62,7 @@ def main() -> None:
             "port": {"type": "int", "required": True},
             "key_path": {"type": "path", "required": True},
             "rejected_path": {"type": "path", "required": True},
+            "last_good_path": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -70,7 +73,9 @@ def main() -> None:
 
     p = module.params
     try:
-        state = serving_state(run, p["container"], p["images"], p["port"], p["key_path"], p["rejected_path"])
+        state = serving_state(
+            run, p["container"], p["images"], p["port"], p["key_path"], p["rejected_path"], p["last_good_path"]
+        )
     except ReadError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, serving_state=state)

@@ -184,3 +184,29 @@ def test_a_host_planned_side_by_side_never_reboots(tmp_path: Path, side_by_side,
     assert rc == 2, said[-3000:]
     assert says in said, said[-3000:]
     assert "TASK [Reboot to load the pinned driver]" not in out
+
+
+@pytest.mark.parametrize("there", [True, False])
+def test_the_proxy_drop_in_is_removed_only_where_the_plan_read_one(tmp_path: Path, there):
+    """roles/container_runtime/tasks/proxy.yml without a proxy, after the plan's own read of the drop-in (the slurp of
+    tasks/plan.yml): a drop-in that is there is removed (dockerd restarts), and where the plan read none the removal is
+    not asked (no module run). The role's two handlers are stood in for by debug tasks of their names."""
+    dropin = tmp_path / "a800-proxy.conf"
+    if there:
+        dropin.write_text('[Service]\nEnvironment="HTTP_PROXY=http://proxy.example:3128"\n')
+    plan = yaml.safe_load((ROOT / "roles/container_runtime/tasks/plan.yml").read_text())
+    read = next(task for task in plan if task["name"] == "Read dockerd's proxy drop-in")
+    play = [{
+        "name": "proxy", "hosts": "localhost", "gather_facts": False,
+        "vars": {"container_runtime_proxy": {}, "container_runtime_proxy_dropin": str(dropin)},
+        "tasks": [read, {"ansible.builtin.include_tasks": str(ROOT / "roles/container_runtime/tasks/proxy.yml")}],
+        "handlers": [{"name": n, "ansible.builtin.debug": {"msg": f"stand-in for {n}"}}
+                     for n in ("container_runtime systemd units", "container_runtime restart docker")],
+    }]  # fmt: skip
+    rc, out = ansible_playbook(tmp_path, play, "-i", "localhost,", "-c", "local",
+                               "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
+    assert rc == 0, out[-3000:]
+    removal = out.split("TASK [Remove dockerd's proxy drop-in (no proxy set)]")[1].split("TASK [")[0]
+    assert ("changed: [localhost]" if there else "skipping: [localhost]") in removal, out[-3000:]
+    assert not dropin.exists()
+    assert ("stand-in for container_runtime restart docker" in out) is there

@@ -42,7 +42,9 @@ def test_a_serving_host_is_read_in_the_shapes_of_the_tasks_it_replaced(tmp_path)
         ("docker", "ps", "--quiet", "--no-trunc"): (0, "aaa\nbbb\n", ""),
         ("docker", "container", "inspect", "aaa", "bbb"): (1, "[{\"Id\": \"aaa\"}]", "Error: No such container: bbb"),
     })  # fmt: skip
-    state = serving_state(run, "glm52-nvfp4", [IMAGE], 8001, str(key), str(rejected))
+    last_good = tmp_path / "last-good.json"
+    last_good.write_text('{"image": "x"}\n')
+    state = serving_state(run, "glm52-nvfp4", [IMAGE], 8001, str(key), str(rejected), str(last_good))
     assert state["current"] == {"exists": True, "container": ARTICLE}  # docker_container_info's shape
     assert [i["Id"] for i in state["images"]] == ["sha256:1", ARTICLE["Image"]]  # docker_image_info's list
     assert state["port_listener"] == "LISTEN 0 4096 0.0.0.0:8001 0.0.0.0:*"
@@ -50,6 +52,9 @@ def test_a_serving_host_is_read_in_the_shapes_of_the_tasks_it_replaced(tmp_path)
     assert state["running_inspect"] == '[{"Id": "aaa"}]'  # one exited meanwhile: the rest as read
     assert state["key"] == {"exists": True, "mode": "0600", "checksum": hashlib.sha1(key.read_bytes()).hexdigest()}
     assert json.loads(base64.b64decode(state["rejected"]["content"])) == {"abc": {"canary": "h1"}}  # slurp's
+    # the serve role writes last-good.json again only when this differs from what it would write
+    assert state["last_good"] == {"exists": True, "mode": f"{last_good.stat().st_mode & 0o7777:04o}",
+                                  "checksum": hashlib.sha1(b'{"image": "x"}\n').hexdigest()}  # fmt: skip
     assert [c[:3] for c in calls] == [["docker", "container", "inspect"], ["docker", "image", "inspect"],
                                       ["ss", "-H", "-ltn"], ["docker", "ps", "--quiet"],
                                       ["docker", "container", "inspect"]]  # fmt: skip

@@ -252,6 +252,10 @@ def test_a_second_run_of_site_yml_changes_nothing_but_the_evicted_pages(host):
         "serve : Read the GPUs": ["skipping"],
         # The preflight found the engine answering and no reboot is planned: it is not asked again.
         "container_runtime : Find the running Docker engine": ["skipping"],
+        # The same launch serves: last-good.json holds it already (the serve decision's read), it is not written again.
+        "serve : Keep this launch as the last known-good one": ["skipping"],
+        # No proxy, and the plan read no drop-in of dockerd's: nothing to remove.
+        "container_runtime : Remove dockerd's proxy drop-in (no proxy set)": ["skipping"],
     }
     assert {task: task_outcomes(run.stdout, name, task) for task in once} == once
     # Every toolkit package is at its version (the plan's dpkg read): apt is not asked to install them again.
