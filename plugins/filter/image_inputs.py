@@ -24,6 +24,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
+from ansible.errors import AnsibleFilterError
 from ansible_collections.a800.vllm.plugins.module_utils.checks import FAIL, PASS, check
 from ansible_collections.a800.vllm.plugins.module_utils.cuda_requirement import image_cuda_driver_check
 from ansible_collections.a800.vllm.plugins.module_utils.unified_diff import PatchFormatError, patch_summary
@@ -309,6 +310,24 @@ def image_self_check_diagnosis(output: str, catalogue: list[dict]) -> list[dict[
     return [{k: d[k] for k in ("name", "cause", "fix")} for d in diagnose(failed, catalogue or [])]
 
 
+def docker_images_inspected(result: dict[str, Any] | None, strict: bool = False) -> list[dict[str, Any]]:
+    """The images a `docker image inspect NAME` run (a command of a800.vllm.host_read: rc, stdout, stderr) found, as
+    community.docker.docker_image_info lists them (the Engine API's inspect, which the CLI prints): [] where there is
+    no such image. Another failure (no engine answering, no docker) is [] too, for a read that may find no Docker yet
+    (the preflight); with `strict`, where the engine must answer (the build), it is an error naming docker's own."""
+    result = result or {}
+    if result.get("rc") == 0:
+        try:
+            found = json.loads(result.get("stdout") or "[]")
+        except ValueError as err:
+            raise AnsibleFilterError(f"docker image inspect printed no JSON: {err}") from err
+        return [image for image in found if isinstance(image, dict)] if isinstance(found, list) else []
+    stderr = str(result.get("stderr") or "")
+    if "no such image" in stderr.lower() or "no such object" in stderr.lower() or not strict:
+        return []
+    raise AnsibleFilterError(f"docker image inspect failed (rc {result.get('rc')}): {stderr.strip()}")
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -316,4 +335,5 @@ class FilterModule:
             "image_patch_manifest": image_patch_manifest,
             "image_patch_label": image_patch_label,
             "image_self_check_diagnosis": image_self_check_diagnosis,
+            "docker_images_inspected": docker_images_inspected,
         }

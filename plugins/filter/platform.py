@@ -117,6 +117,33 @@ def a800_platform_checks(identity: dict, platforms: list[dict], min_python: str)
     return [os_check, py_check]
 
 
+def facts_current(facts: dict | None, kernel: str, identity_raw: str) -> bool:
+    """Whether Ansible's cached facts (`ansible_facts`, gather_subset min) are those of the host as a read of this
+    run found it: its running kernel (the preflight's host_facts.kernel) and its os-release (the preflight's raw read,
+    `identity_raw`). The roles use only the kernel, the distribution, its version and the OS family of them, so facts
+    that agree on those need no new gathering; a host that rebooted into another kernel or release does not agree."""
+    facts = facts or {}
+    release = os_identity(identity_raw).get("os_release") or {}
+    return bool(
+        kernel
+        and release.get("ID")
+        and facts.get("os_family")
+        and facts.get("kernel") == kernel
+        and str(facts.get("distribution", "")).lower() == release["ID"].lower()
+        and _same_version(str(facts.get("distribution_version", "")), release.get("VERSION_ID", ""))
+    )
+
+
+def _same_version(facts_version: str, version_id: str) -> bool:
+    """Ansible's distribution_version against os-release's VERSION_ID: the same on Ubuntu (24.04), the point release
+    of it on Debian (12.8, from /etc/debian_version, against 12)."""
+    return bool(version_id) and (facts_version == version_id or facts_version.startswith(version_id + "."))
+
+
 class FilterModule:
     def filters(self) -> dict:
-        return {"os_identity": os_identity, "a800_platform_checks": a800_platform_checks}
+        return {
+            "os_identity": os_identity,
+            "a800_platform_checks": a800_platform_checks,
+            "facts_current": facts_current,
+        }

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.a800.vllm.plugins.filter.host_files import dpkg_versions
 
 
 def roll_batches(quiet: list[str] | None, batch: Any = 1) -> list[Any]:
@@ -27,17 +28,6 @@ def roll_batches(quiet: list[str] | None, batch: Any = 1) -> list[Any]:
     return ([len(quiet)] if quiet else []) + rolling
 
 
-def _dpkg_versions(text: str) -> dict[str, str]:
-    """`dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'` as package -> version, installed ones only
-    (status ii or hi: wanted install or hold, installed)."""
-    out = {}
-    for line in (text or "").splitlines():
-        fields = line.split()
-        if len(fields) >= 3 and fields[2][:2] in ("ii", "hi"):
-            out[fields[0]] = fields[1]
-    return out
-
-
 def container_runtime_plan(now: dict[str, Any], packages: list[str], version: str, proxy_wanted: str) -> dict:
     """Whether the container_runtime role would restart dockerd, with its reasons, from what the host has now:
     `dockerd` (an engine installed), `toolkit` (dpkg-query's lines for the toolkit packages), `proxy_now` (the proxy
@@ -47,7 +37,7 @@ def container_runtime_plan(now: dict[str, Any], packages: list[str], version: st
     reasons = []
     if not now.get("dockerd"):
         reasons.append("no Docker engine is installed: the role installs one")
-    installed = _dpkg_versions(now.get("toolkit", ""))
+    installed = dpkg_versions(now.get("toolkit", ""))
     off = [f"{p} {installed.get(p, 'not installed')}" for p in packages if installed.get(p) != version]
     if off:
         reasons.append(f"toolkit packages change to {version} ({', '.join(off)}): dockerd restarts for the --gpus hook")

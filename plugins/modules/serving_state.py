@@ -28,6 +28,13 @@ options:
   key_path: {description: the API key file, type: path, required: true}
   rejected_path: {description: the releases rolled back on this host (rejected.json), type: path, required: true}
   last_good_path: {description: the last known-good launch (last-good.json), type: path}
+  paths:
+    description: >-
+      Files and directories the serve role writes; their states (C(paths), as host_read returns them) let it skip
+      the writes whose files are in place (a800.vllm.file_current).
+    type: list
+    elements: path
+    default: []
 author: a800-vllm project
 """
 
@@ -45,12 +52,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 serving_state:
-  description: current, images, port_listener, running, running_inspect, key, rejected, last_good (see the description).
+  description: current, images, port_listener, running, running_inspect, key, rejected, last_good, paths.
   returned: success
   type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.a800.vllm.plugins.module_utils.host_paths import path_state  # noqa: E402
 from ansible_collections.a800.vllm.plugins.module_utils.serving_state import ReadError, serving_state  # noqa: E402
 
 
@@ -63,6 +71,7 @@ def main() -> None:
             "key_path": {"type": "path", "required": True},
             "rejected_path": {"type": "path", "required": True},
             "last_good_path": {"type": "path"},
+            "paths": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
@@ -78,6 +87,7 @@ def main() -> None:
         )
     except ReadError as exc:
         module.fail_json(msg=str(exc))
+    state["paths"] = {path: path_state(path) for path in p["paths"]}
     module.exit_json(changed=False, serving_state=state)
 
 

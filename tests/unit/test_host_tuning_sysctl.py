@@ -1,22 +1,22 @@
-"""The kernel parameters set now (roles/host_tuning, "Set the kernel parameters now where the running kernel differs"):
-one read of the running values, only the differing ones set. The task's own shell, rendered from the role's tasks
-and defaults, runs against a STAND-IN sysctl (tests/unit, a script over a directory of values) under dash and bash."""
+"""The kernel parameters set now (roles/host_tuning: read with the role's files, then "Set the kernel parameters now
+where the running kernel differs"): one read of the running values, only the differing ones set. The role's own
+script (vars/main.yml, __host_tuning_sysctl_script), with the argv the role gives it, runs against a STAND-IN sysctl
+(tests/unit, a script over a directory of values) under dash and bash."""
 
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 from conftest import ROOT
+from jinja2 import StrictUndefined
+from jinja2.nativetypes import NativeEnvironment
 
 ROLE = ROOT / "roles" / "host_tuning"
-TASK = "Set the kernel parameters now where the running kernel differs"
 SHELLS = [s for s in ("dash", "bash") if shutil.which(s)]
 
 # TEST DOUBLE of procps' sysctl: -n KEY prints the value (tabs between words, as the kernel's multi-word values
@@ -37,12 +37,21 @@ echo "stand-in sysctl: unexpected $*" >&2; exit 2
 """
 
 
-def script(sysctls: dict) -> str:
-    tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
-    task = next(t for t in tasks if t.get("name") == TASK)
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters["quote"] = lambda s: shlex.quote(str(s))
-    return env.from_string(task["ansible.builtin.shell"]["cmd"]).render(host_tuning_sysctls=sysctls)
+def argv(shell: str, sysctls: dict, apply: bool) -> list[str]:
+    """The role's own argv (vars/main.yml, __host_tuning_sysctl_argv, rendered as Ansible renders it to a list): its
+    script, yes or no, then a KEY=VALUE word each; `sh` replaced by the shell under test."""
+    role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    rendered = (
+        NativeEnvironment(undefined=StrictUndefined)
+        .from_string(role_vars["__host_tuning_sysctl_argv"])
+        .render(
+            __host_tuning_sysctl_script=role_vars["__host_tuning_sysctl_script"],
+            __host_tuning_sysctl_apply="yes" if apply else "no",
+            host_tuning_sysctls=sysctls,
+        )
+    )
+    assert rendered[:2] == ["sh", "-c"], rendered
+    return [shell, *rendered[1:]]
 
 
 def run(tmp_path: Path, shell: str, sysctls: dict, kernel: dict, apply: bool) -> subprocess.CompletedProcess:
@@ -54,9 +63,8 @@ def run(tmp_path: Path, shell: str, sysctls: dict, kernel: dict, apply: bool) ->
         (tmp_path / "bin").mkdir()
         (tmp_path / "bin" / "sysctl").write_text(STANDIN_SYSCTL)
         (tmp_path / "bin" / "sysctl").chmod(0o755)
-    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", SYSCTL_STATE=str(state),
-               APPLY="yes" if apply else "no")  # fmt: skip
-    return subprocess.run([shell, "-c", script(sysctls)], env=env, capture_output=True, text=True, check=False)
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", SYSCTL_STATE=str(state))
+    return subprocess.run(argv(shell, sysctls, apply), env=env, capture_output=True, text=True, check=False)
 
 
 def writes(tmp_path: Path) -> list[str]:

@@ -185,3 +185,24 @@ def test_a_self_check_failure_maps_to_the_catalogue_and_a_pass_never_does():
     assert names == ["sparse_indexer_fallback_missing", "dataclass_field_order"]
     passing = "sm80 self-check: ok enum: AttentionBackendEnum.TRITON_MLA_SPARSE = x\nsm80 self-check: 5 of 5 passed"
     assert ii.image_self_check_diagnosis(passing, CATALOGUE) == []
+
+
+# --- the image of a name, as the inputs' read found it (docker image inspect in a800.vllm.host_read) -----------------
+# docker's own words (docker CLI 26-29): a missing image, and no engine answering.
+NO_SUCH_IMAGE = "Error response from daemon: No such image: a800/vllm-openai:sm80"
+NO_ENGINE = "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
+
+
+def test_the_inspected_image_is_the_engine_apis_inspect_and_a_missing_one_is_none():
+    image = {"Id": "sha256:" + "a" * 64, "Config": {"Env": ["NVIDIA_REQUIRE_CUDA=cuda>=12.8"], "Labels": None}}
+    found = ii.docker_images_inspected({"rc": 0, "stdout": json.dumps([image]), "stderr": ""}, strict=True)
+    assert found == [image]
+    assert ii.docker_images_inspected({"rc": 1, "stdout": "[]", "stderr": NO_SUCH_IMAGE}, strict=True) == []
+
+
+def test_no_engine_is_nothing_found_for_the_preflight_and_an_error_for_the_build():
+    down = {"rc": 1, "stdout": "", "stderr": NO_ENGINE}
+    assert ii.docker_images_inspected(down) == []
+    assert ii.docker_images_inspected({"rc": 127, "stdout": "", "stderr": "docker: command not found"}) == []
+    with pytest.raises(ii.AnsibleFilterError, match="Cannot connect to the Docker daemon"):
+        ii.docker_images_inspected(down, strict=True)

@@ -18,7 +18,7 @@ from ansible_collections.a800.vllm.plugins.filter.nvidia_packages import (
     nvidia_driver_install_checks,
     nvidia_toolkit_source,
 )
-from ansible_collections.a800.vllm.plugins.filter.platform import a800_platform_checks, os_identity
+from ansible_collections.a800.vllm.plugins.filter.platform import a800_platform_checks, facts_current, os_identity
 from conftest import ROOT
 
 PLATFORM_DIR = ROOT / "roles" / "a800" / "vars" / "platform"
@@ -267,3 +267,27 @@ def test_the_driver_a_precompiled_module_is_built_for_comes_from_its_dependencie
     assert precompiled_module_driver(APT_SHOW_MODULES, name) == "580.95.05"
     assert precompiled_module_driver("", name) is None  # the archive has no module for this kernel
     assert precompiled_module_driver(APT_SHOW_MODULES, "linux-modules-nvidia-580-server-open-6.8.0-50-generic") is None
+
+
+def test_the_cached_facts_are_current_exactly_where_setup_would_find_the_same_kernel_and_release(tmp_path):
+    """playbooks/host.yml gathers no facts where the preflight of the run read the kernel and the os-release that the
+    cached facts hold (a800.vllm.facts_current). Held to Ansible's own setup (gather_subset min) on this machine: its
+    facts, with the running kernel and /etc/os-release as the preflight reads them, are current; another kernel (a
+    reboot into a new one) or another release (an upgrade) is not."""
+    from test_rolling import ansible_playbook
+
+    play = [{"name": "facts", "hosts": "localhost", "gather_facts": False, "tasks": [
+        {"ansible.builtin.setup": {"gather_subset": ["min"]}},
+        {"ansible.builtin.copy": {"content": "{{ ansible_facts | to_json }}", "dest": str(tmp_path / "facts.json")}},
+    ]}]  # fmt: skip
+    rc, out = ansible_playbook(tmp_path, play, "-i", "localhost,", "-c", "local",
+                               "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
+    assert rc == 0, out[-3000:]
+    facts = json.loads((tmp_path / "facts.json").read_text())
+    release = Path("/etc/os-release").read_text()
+    kernel = os.uname().release
+    assert facts_current(facts, kernel, release + "--- python\n") is True
+    assert facts_current(facts, kernel + "-new", release) is False
+    assert facts_current(facts, kernel, release.replace("VERSION_ID=", "VERSION_ID=9")) is False
+    assert facts_current({}, kernel, release) is False
+    assert facts_current(facts, "", release) is False

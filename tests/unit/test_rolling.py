@@ -188,25 +188,56 @@ def test_a_host_planned_side_by_side_never_reboots(tmp_path: Path, side_by_side,
 
 @pytest.mark.parametrize("there", [True, False])
 def test_the_proxy_drop_in_is_removed_only_where_the_plan_read_one(tmp_path: Path, there):
-    """roles/container_runtime/tasks/proxy.yml without a proxy, after the plan's own read of the drop-in (the slurp of
+    """roles/container_runtime/tasks/proxy.yml without a proxy, after the plan's own read of the drop-in (host_read in
     tasks/plan.yml): a drop-in that is there is removed (dockerd restarts), and where the plan read none the removal is
     not asked (no module run). The role's two handlers are stood in for by debug tasks of their names."""
     dropin = tmp_path / "a800-proxy.conf"
     if there:
         dropin.write_text('[Service]\nEnvironment="HTTP_PROXY=http://proxy.example:3128"\n')
-    plan = yaml.safe_load((ROOT / "roles/container_runtime/tasks/plan.yml").read_text())
-    read = next(task for task in plan if task["name"] == "Read dockerd's proxy drop-in")
-    play = [{
-        "name": "proxy", "hosts": "localhost", "gather_facts": False,
-        "vars": {"container_runtime_proxy": {}, "container_runtime_proxy_dropin": str(dropin)},
-        "tasks": [read, {"ansible.builtin.include_tasks": str(ROOT / "roles/container_runtime/tasks/proxy.yml")}],
-        "handlers": [{"name": n, "ansible.builtin.debug": {"msg": f"stand-in for {n}"}}
-                     for n in ("container_runtime systemd units", "container_runtime restart docker")],
-    }]  # fmt: skip
-    rc, out = ansible_playbook(tmp_path, play, "-i", "localhost,", "-c", "local",
-                               "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
+    rc, out = run_proxy_yml(tmp_path, dropin, proxy={})
     assert rc == 0, out[-3000:]
     removal = out.split("TASK [Remove dockerd's proxy drop-in (no proxy set)]")[1].split("TASK [")[0]
     assert ("changed: [localhost]" if there else "skipping: [localhost]") in removal, out[-3000:]
     assert not dropin.exists()
     assert ("stand-in for container_runtime restart docker" in out) is there
+
+
+@pytest.mark.parametrize("now", ["as written", "another proxy", "none"])
+def test_the_proxy_drop_in_is_written_only_where_the_plan_read_another(tmp_path: Path, now):
+    """The same with a proxy set: the plan read the drop-in as proxy.yml would write it, so the write is skipped (no
+    module run) and dockerd keeps running; another proxy's drop-in, or none, is written and dockerd restarts."""
+    proxy = {"http": "http://proxy.example:3128", "no_proxy": "localhost,127.0.0.1"}
+    dropin = tmp_path / "a800-proxy.conf"
+    if now != "none":
+        rc, out = run_proxy_yml(tmp_path / "first", dropin, proxy=proxy)  # writes it as the role writes it
+        assert rc == 0 and dropin.exists(), out[-3000:]
+        if now == "another proxy":
+            dropin.write_text(dropin.read_text().replace("proxy.example", "old-proxy.example"))
+    written = dropin.read_text() if dropin.exists() else ""
+    rc, out = run_proxy_yml(tmp_path, dropin, proxy=proxy)
+    assert rc == 0, out[-3000:]
+    write = out.split("TASK [Write dockerd's proxy drop-in]")[1].split("TASK [")[0]
+    assert ("skipping: [localhost]" if now == "as written" else "changed: [localhost]") in write, out[-3000:]
+    assert ("stand-in for container_runtime restart docker" in out) is (now != "as written")
+    assert "proxy.example:3128" in dropin.read_text() and "old-proxy" not in dropin.read_text()
+    assert (dropin.read_text() == written) is (now == "as written")
+
+
+def run_proxy_yml(tmp_path: Path, dropin: Path, proxy: dict) -> tuple[int, str]:
+    """The plan's read (tasks/plan.yml) then tasks/proxy.yml, with the role's vars and its defaults' paths under
+    tmp_path."""
+    tmp_path.mkdir(exist_ok=True)
+    plan = yaml.safe_load((ROOT / "roles/container_runtime/tasks/plan.yml").read_text())
+    read = next(task for task in plan if task["name"].startswith("Read dockerd's proxy drop-in"))
+    play = [{
+        "name": "proxy", "hosts": "localhost", "gather_facts": False,
+        "vars_files": [str(ROOT / "roles/container_runtime/vars/main.yml")],
+        "vars": {"container_runtime_proxy": proxy, "container_runtime_proxy_dropin": str(dropin),
+                 "container_runtime_dev_char_udev_rule": str(tmp_path / "71-nvidia-dev-char.rules"),
+                 "container_runtime_cdi_spec": str(tmp_path / "cdi" / "nvidia.yaml")},
+        "tasks": [read, {"ansible.builtin.include_tasks": str(ROOT / "roles/container_runtime/tasks/proxy.yml")}],
+        "handlers": [{"name": n, "ansible.builtin.debug": {"msg": f"stand-in for {n}"}}
+                     for n in ("container_runtime systemd units", "container_runtime restart docker")],
+    }]  # fmt: skip
+    return ansible_playbook(tmp_path, play, "-i", "localhost,", "-c", "local",
+                            "-e", f"ansible_python_interpreter={sys.executable}")  # fmt: skip
