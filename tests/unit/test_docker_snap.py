@@ -173,8 +173,11 @@ def test_container_runtime_stops_before_anything_changes():
     assert look == 0 and stop == 1
     assert tasks[look]["ansible.builtin.include_tasks"] == "find.yml"
     assert tasks[look]["when"] == "__container_runtime_found is not defined"  # the plan's read, else its own
+    # The plan reads the same places with the same argv in its one host_read, kept under find.yml's name.
     plan = yaml.safe_load((ROOT / "roles" / "container_runtime" / "tasks" / "plan.yml").read_text())
-    assert plan[0]["ansible.builtin.import_tasks"] == "find.yml"
+    assert plan[0]["a800.vllm.host_read"]["commands"]["find"] == "{{ __container_runtime_find_argv }}"
+    assert "__container_runtime_found" in plan[1]["ansible.builtin.set_fact"]
+    assert "commands.find.stdout" in plan[1]["ansible.builtin.set_fact"]["__container_runtime_found"]["stdout_lines"]
     (read,) = yaml.safe_load((ROOT / "roles" / "container_runtime" / "tasks" / "find.yml").read_text())
     assert read["ansible.builtin.command"]["argv"] == "{{ __container_runtime_find_argv }}"
     assert read["register"] == "__container_runtime_found"

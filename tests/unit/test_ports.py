@@ -4,6 +4,7 @@ machine (tests/fixtures/ports/README.md), judged as the preflight judges serve_p
 from __future__ import annotations
 
 import pytest
+import yaml
 from ansible_collections.a800.vllm.plugins.filter.ports import port_holders_check, published_ports, ss_listeners
 from conftest import ROOT
 
@@ -72,5 +73,8 @@ def test_without_ss_the_rule_is_pending():
 
 def test_the_preflight_calls_ss_once_and_judges_serve_port():
     text = (ROOT / "roles/serve/tasks/preflight.yml").read_text()
-    assert text.count("argv: [ss,") == 1 and "argv: [ss, -H, -ltnp]" in text
+    tasks = yaml.safe_load(text)
+    reads = [t["a800.vllm.host_read"]["commands"] for t in tasks if "a800.vllm.host_read" in t]
+    assert [c["listeners"] for c in reads if "listeners" in c] == [["ss", "-H", "-ltnp"]]  # once, with the processes
+    assert text.count("[ss,") == 1
     assert "serve_port | a800.vllm.port_holders_check(serve_container_name" in text

@@ -228,12 +228,13 @@ def run_proxy_yml(tmp_path: Path, dropin: Path, proxy: dict) -> tuple[int, str]:
     tmp_path."""
     tmp_path.mkdir(exist_ok=True)
     plan = yaml.safe_load((ROOT / "roles/container_runtime/tasks/plan.yml").read_text())
-    read = next(task for task in plan if task["name"].startswith("Read dockerd's proxy drop-in"))
+    read = next(task for task in plan if "a800.vllm.host_read" in task)
     play = [{
         "name": "proxy", "hosts": "localhost", "gather_facts": False,
         "vars_files": [str(ROOT / "roles/container_runtime/vars/main.yml")],
         "vars": {"container_runtime_proxy": proxy, "container_runtime_proxy_dropin": str(dropin),
                  "container_runtime_dev_char_udev_rule": str(tmp_path / "71-nvidia-dev-char.rules"),
+                 "container_runtime_daemon_json": str(tmp_path / "daemon.json"),
                  "container_runtime_cdi_spec": str(tmp_path / "cdi" / "nvidia.yaml")},
         "tasks": [read, {"ansible.builtin.include_tasks": str(ROOT / "roles/container_runtime/tasks/proxy.yml")}],
         "handlers": [{"name": n, "ansible.builtin.debug": {"msg": f"stand-in for {n}"}}
