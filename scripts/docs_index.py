@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generate the index of docs/README.md from the tree: the table of the documents in docs/ (each described by its own
 first heading), the table of the roles (each by the short description of its meta/argument_specs.yml entry point
-`main`) and the repository's layout (each entry by its line in docs/layout.yml, which must describe every entry).
+`main`, or its first one: the role a800's is `setup`) and the repository's layout (each entry by its line in
+docs/layout.yml, which must describe every entry).
 
     scripts/docs_index.py           rewrite the generated sections
     scripts/docs_index.py --check   exit 1 when docs/README.md is out of date (used by the unit tests)
@@ -58,7 +59,8 @@ def roles_section() -> str:
     lines = [ROLES_BEGIN, "", "| role | what it does |", "|---|---|"]
     for spec in sorted(ROOT.glob("roles/*/meta/argument_specs.yml")):
         role = spec.parent.parent
-        main = yaml.safe_load(spec.read_text())["argument_specs"].get("main") or {}
+        entries = yaml.safe_load(spec.read_text())["argument_specs"]
+        main = entries.get("main") or next(iter(entries.values()), {})
         if not main.get("short_description"):
             raise LayoutError(f"{spec.relative_to(ROOT)} has no short_description for its entry point main")
         lines.append(f"| [{role.name}](../roles/{role.name}/README.md) | {_cell(main['short_description'])} |")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Generate the variables section of each role's README.md from its meta/argument_specs.yml, and the phase table of
-the top README.md from a800vllm/phases.yml.
+"""Generate the variables section of each role's README.md from its meta/argument_specs.yml (and its
+files/*_schema.yml, schemas of data in the same form), and the phase table of the top README.md from
+a800vllm/phases.yml.
 
     scripts/role_docs.py           rewrite the generated sections
     scripts/role_docs.py --check   exit 1 when a README is out of date (used by the unit tests)
@@ -49,9 +50,16 @@ def _option_rows(options: dict, prefix: str = "") -> list[str]:
 
 def variables_section(role: Path) -> str:
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    headings = {entry: f"Entry point `{entry}`" for entry in specs}
+    # Schemas of data that are not a task entry point, in the same form (the role a800's model profile): kept out of
+    # meta/argument_specs.yml, which Ansible parses each time a play loads the role.
+    for path in sorted((role / "files").glob("*_schema.yml")):
+        schema = yaml.safe_load(path.read_text())
+        specs |= schema
+        headings |= {name: f"Schema `{name}` (files/{path.name})" for name in schema}
     lines = [BEGIN]
     for entry, spec in specs.items():
-        lines += ["", f"### Entry point `{entry}`: {spec.get('short_description', '')}", ""]
+        lines += ["", f"### {headings[entry]}: {spec.get('short_description', '')}", ""]
         for paragraph in spec.get("description", []) or []:
             lines.append(paragraph)
         lines += ["", "| variable | type | default | required | description |", "|---|---|---|---|---|"]

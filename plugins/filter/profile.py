@@ -1,8 +1,8 @@
 """Filter: the model profile checked against its schema and against the flags of `vllm serve`.
 
-The schema is the role a800's argument spec entry `profile` (nested options, as Ansible's role argument specs write
-them); Ansible's own validator (ArgumentSpecValidator) reads it, and this filter turns what it finds into check
-records whose detail names the key's path and, for an unknown key, the nearest known one:
+The schema is the role a800's files/profile_schema.yml (nested options, written as a role argument spec entry is);
+Ansible's own validator (ArgumentSpecValidator) reads it, and this filter turns what it finds into check records
+whose detail names the key's path and, for an unknown key, the nearest known one:
 
     model_profile.launch.kv_cache_dtyp: unknown; did you mean kv_cache_dtype?
     model_profile.launch.tensor_parallel_size: 'eight' is not an integer
@@ -198,13 +198,13 @@ def a800_profile_checks(
 
 
 def load_tables(role_path: str) -> tuple[Mapping[str, Any], Mapping[str, Mapping[str, Any]]]:
-    """The schema (meta/argument_specs.yml, entry `profile`) and the flag table (files/vllm_serve_flags.yml) of the
+    """The schema (files/profile_schema.yml, entry `profile`) and the flag table (files/vllm_serve_flags.yml) of the
     role a800, read from its files with libyaml: ~0.1 s, where handing the 316-entry table to a filter as an Ansible
     variable cost ~3.5 s (12 s on a saturated machine) of templating."""
     root = Path(role_path)
-    specs = yaml.load((root / "meta/argument_specs.yml").read_text(), Loader=_Loader)
+    specs = yaml.load((root / "files/profile_schema.yml").read_text(), Loader=_Loader)
     table = yaml.load((root / "files/vllm_serve_flags.yml").read_text(), Loader=_Loader)
-    return specs["argument_specs"]["profile"]["options"], table["a800_vllm_serve_flags"]
+    return specs["profile"]["options"], table["a800_vllm_serve_flags"]
 
 
 def a800_profile_problems(profile: Mapping[str, Any], role_path: str, extra_flags: Iterable[str] = ()) -> list:

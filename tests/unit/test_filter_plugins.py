@@ -19,6 +19,12 @@ FILTERS = sorted((ROOT / "plugins/filter").glob("*.py"))
 HEAVY = ("ansible.galaxy", "requests", "aiohttp", "cryptography")
 
 
+def python_json(code: str):
+    """What a fresh Python running `code` in the repository prints, as JSON."""
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(run.stdout)
+
+
 def filter_names() -> dict[str, str]:
     """Every filter the collection defines, with its file."""
     code = (
@@ -28,8 +34,7 @@ def filter_names() -> dict[str, str]:
         "    out |= {f: name for f in module.FilterModule().filters()}\n"
         "print(json.dumps(out))"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    return json.loads(run.stdout)
+    return python_json(code)
 
 
 def test_importing_every_filter_file_imports_nothing_heavy():
@@ -66,3 +71,40 @@ def test_the_collections_filters_are_called_by_their_fqcn():
             text = path.read_text()
             found += [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(1)}" for m in short.finditer(text)]
     assert found == [], "call these by a800.vllm.NAME:\n" + "\n".join(found)
+
+
+def filter_files_imported_by_a_lookup(preload: bool) -> list[str]:
+    """The collection's filter files that a lookup of one of its filters imports in a forked worker, after the
+    controller ran (or did not run) the callback a800.vllm.controller_preload at the start of the playbook."""
+    code = (
+        "import json, os, sys\n"
+        "from ansible.plugins.loader import callback_loader, filter_loader, init_plugin_loader\n"
+        f"init_plugin_loader([{str(ROOT / 'collections')!r}])\n"
+        f"if {preload!r}:\n"
+        "    callback_loader.get('a800.vllm.controller_preload').v2_playbook_on_start(None)\n"
+        "read, write = os.pipe()\n"
+        "if os.fork() == 0:\n"  # a task's worker: forked from the controller, gone with the task
+        "    before = set(sys.modules)\n"
+        "    assert filter_loader.get('a800.vllm.os_identity') is not None\n"
+        "    prefix = 'ansible_collections.a800.vllm.plugins.filter.'\n"
+        "    new = sorted(m for m in set(sys.modules) - before if m.startswith(prefix))\n"
+        "    os.write(write, json.dumps(new).encode())\n"
+        "    os._exit(0)\n"
+        "os.close(write); os.wait(); print(os.read(read, 65536).decode())"
+    )
+    return python_json(code)
+
+
+def test_without_the_preload_a_worker_imports_every_filter_file():
+    assert len(filter_files_imported_by_a_lookup(preload=False)) == len(FILTERS)
+
+
+def test_with_the_preload_a_worker_imports_no_filter_file():
+    assert filter_files_imported_by_a_lookup(preload=True) == []
+
+
+def test_ansible_cfg_enables_the_preload():
+    config = configparser.ConfigParser()
+    config.read(ROOT / "ansible.cfg")
+    enabled = [name.strip() for name in config.get("defaults", "callbacks_enabled").split(",")]
+    assert "a800.vllm.controller_preload" in enabled

@@ -1,4 +1,4 @@
-"""The model profile's schema (roles/a800/meta/argument_specs.yml, entry point `profile`) and the flag table of
+"""The model profile's schema (roles/a800/files/profile_schema.yml) and the flag table of
 `vllm serve` (roles/a800/files/vllm_serve_flags.yml): what the role validate_inventory (imported by the role a800,
 first in every play) checks before anything runs (plugins/filter/profile.py), and a typo failing
 `ansible-playbook site.yml` in its first play."""
@@ -17,7 +17,7 @@ import yaml
 from ansible_collections.a800.vllm.plugins.filter.profile import a800_profile_checks, extra_args_checks, value_fits
 from conftest import ROOT
 
-SCHEMA = yaml.safe_load((ROOT / "roles/a800/meta/argument_specs.yml").read_text())["argument_specs"]["profile"]
+SCHEMA = yaml.safe_load((ROOT / "roles/a800/files/profile_schema.yml").read_text())["profile"]
 FLAGS = yaml.safe_load((ROOT / "roles/a800/files/vllm_serve_flags.yml").read_text())["a800_vllm_serve_flags"]
 PROD = yaml.safe_load((ROOT / "inventories/prod/group_vars/all/model_profile.yml").read_text())["model_profile"]
 SIM = yaml.safe_load((ROOT / "inventories/sim/group_vars/all/simulated_host.yml").read_text())
@@ -216,10 +216,11 @@ def one_host(tmp_path) -> Path:
     return tmp_path
 
 
-def site(inventory: Path, overrides: dict) -> subprocess.CompletedProcess[str]:
+def site(inventory: Path, overrides: dict, **extra) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", str(inventory)]
-    argv += ["-e", json.dumps({"model_profile_overrides": overrides, "ansible_python_interpreter": sys.executable})]
+    extra |= {"model_profile_overrides": overrides, "ansible_python_interpreter": sys.executable}
+    argv += ["-e", json.dumps(extra)]
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -239,6 +240,18 @@ def test_site_yml_stops_in_its_first_play_naming_the_key(one_host, overrides, li
     assert "PLAY [Preflight" in out and "TASK [validate_inventory : Stop when the model profile" in out
     assert "TASK [preflight" not in out and "PLAY [Host" not in out  # no role past the check, no other play
     assert "changed=0" in out and "failed=1" in out
+
+
+def test_the_role_a800s_own_inputs_are_validated_in_the_first_play(one_host):
+    """The role a800's argument spec (entry point setup, validated by its tasks/setup.yml once per run and inputs, not
+    by Ansible in each of the 17 plays that list the role) still refuses a wrong type before any other role runs."""
+    run = site(one_host, {}, a800_serve_port="eight")
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out
+    assert "TASK [a800 : Check the inputs against the role's argument spec (entry point setup)]" in out
+    assert "a800_serve_port" in out and "int" in out
+    assert "TASK [validate_inventory" not in out and "PLAY [Host" not in out
+    assert "arg spec 'main' - The merged model profile" not in out
 
 
 @pytest.mark.contract
