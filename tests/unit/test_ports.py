@@ -72,9 +72,17 @@ def test_without_ss_the_rule_is_pending():
 
 
 def test_the_preflight_calls_ss_once_and_judges_serve_port():
-    text = (ROOT / "roles/serve/tasks/preflight.yml").read_text()
-    tasks = yaml.safe_load(text)
-    reads = [t["a800.vllm.host_read"]["commands"] for t in tasks if "a800.vllm.host_read" in t]
-    assert [c["listeners"] for c in reads if "listeners" in c] == [["ss", "-H", "-ltnp"]]  # once, with the processes
-    assert text.count("[ss,") == 1
+    """ss with the processes, written once (the serve role's vars), read with the image right after the preflight's
+    system check (tasks/argcheck.yml), and by tasks/preflight.yml itself only where that read did not run."""
+    role = ROOT / "roles/serve"
+    argv = yaml.safe_load((role / "vars/main.yml").read_text())["__serve_ports_argv"]
+    assert argv["listeners"] == ["ss", "-H", "-ltnp"]
+    assert sum(path.read_text().count("[ss,") for path in role.rglob("*.yml")) == 1
+    argcheck = [t for t in yaml.safe_load((role / "tasks/argcheck.yml").read_text()) if "a800.vllm.host_read" in t]
+    assert len(argcheck) == 1 and "__serve_ports_argv" in argcheck[0]["a800.vllm.host_read"]["commands"]
+    text = (role / "tasks/preflight.yml").read_text()
+    reads = [t for t in yaml.safe_load(text) if "a800.vllm.host_read" in t]
+    assert [(t["a800.vllm.host_read"]["commands"], t["when"]) for t in reads] == [
+        ("{{ __serve_ports_argv }}", "__serve_preflight_read is not defined")
+    ]
     assert "serve_port | a800.vllm.port_holders_check(serve_container_name" in text
